@@ -1,0 +1,142 @@
+// The sharding engine's public API: wrap any torch::nn::Module, train it with one of the
+// four ZeRO strategies (Megatron-FSDP names), with bitwise-identical results across them.
+//
+//   auto comm = zeroshard::make_communicator(zeroshard::RendezvousInfo::from_env());
+//   auto sharded = zeroshard::fully_shard(model, comm, {zeroshard::Strategy::OptimGradsParams});
+//   zeroshard::ShardedAdamW optim(sharded, {/*lr*/ 3e-4});
+//   for each step: for each micro-batch: sharded->backward(loss_fn(model->forward(x)));
+//                  double norm = sharded->finish_gradients(/*max_norm*/ 1.0);
+//                  optim.step(lr);
+#pragma once
+
+#include "zeroshard/comm.h"
+
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zeroshard {
+
+enum class Strategy {
+  NoShard = 0,           // zero 0 / DDP: everything replicated, gradients all-reduced
+  Optim = 1,             // zero 1: optimizer state sharded
+  OptimGrads = 2,        // zero 2: + gradients sharded
+  OptimGradsParams = 3,  // zero 3 / FSDP: + parameters sharded, gathered per unit
+};
+
+// Accepts "no_shard", "optim", "optim_grads", "optim_grads_params" and the zero-stage
+// aliases "0".."3"; throws std::invalid_argument listing the valid names otherwise.
+Strategy parse_strategy(const std::string& name);
+Strategy strategy_from_zero_stage(int stage);
+std::string strategy_name(Strategy s);
+inline bool shards_grads(Strategy s) { return s == Strategy::OptimGrads || s == Strategy::OptimGradsParams; }
+inline bool shards_params(Strategy s) { return s == Strategy::OptimGradsParams; }
+inline bool shards_optim(Strategy s) { return s != Strategy::NoShard; }
+
+// Decides which submodules become units (one flat buffer, gathered and freed together).
+// Called for every HookableModule below the root, in pre-order; a module inside a chosen
+// unit is not offered. The root's remaining parameters always form the root unit.
+using WrapPolicy = std::function<bool(const std::string& qualified_name, const torch::nn::Module& module)>;
+WrapPolicy wrap_every_hookable();  // the default
+
+struct ShardOptions {
+  Strategy strategy = Strategy::OptimGradsParams;
+  WrapPolicy wrap_policy;  // empty: wrap_every_hookable()
+};
+
+// Per-rank bytes of model state (fp32), as the ZeRO paper counts them.
+struct MemoryStats {
+  int64_t num_params = 0;            // Ψ: parameters of the model (trainable + frozen)
+  int64_t num_trainable = 0;
+  int64_t params_bytes = 0;          // resident parameter storage (full or shard)
+  int64_t grads_bytes = 0;           // persistent gradient storage (full or shard)
+  int64_t optim_bytes = 0;           // optimizer state (exp_avg + exp_avg_sq), set by the optimizer
+  int64_t gathered_bytes = 0;        // currently gathered unit parameters (optim_grads_params)
+  int64_t gathered_peak_bytes = 0;   // peak of the above since the last reset
+  int64_t largest_unit_bytes = 0;    // largest unit's gathered size
+  int64_t model_state_bytes() const { return params_bytes + grads_bytes + optim_bytes; }
+};
+
+struct Unit;  // internal
+
+class ShardedModel {
+ public:
+  ShardedModel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
+               ShardOptions options);
+  ~ShardedModel();
+  ShardedModel(const ShardedModel&) = delete;
+  ShardedModel& operator=(const ShardedModel&) = delete;
+
+  // Runs loss.backward() and completes this micro-batch's gradient reduction: every unit's
+  // gradient is reduce-scattered (summed over ranks) and accumulated into its shard.
+  void backward(const at::Tensor& loss);
+
+  // After the last micro-batch of a step: divides the accumulated gradients by
+  // world_size * micro_batches, computes the global L2 norm over the shards (the same value
+  // a single process gets) and, if max_norm > 0 and the norm exceeds it, scales the
+  // gradients down. Returns the norm before clipping.
+  double finish_gradients(double max_norm);
+
+  // Called by the optimizer after updating the master shards: makes the compute
+  // parameters current (all-gather for optim / optim_grads) and clears gradients.
+  void after_optimizer_step();
+
+  Strategy strategy() const { return options_.strategy; }
+  Communicator& comm() const { return *comm_; }
+  const std::shared_ptr<torch::nn::Module>& module() const { return module_; }
+  int num_units() const { return static_cast<int>(units_.size()); }
+  std::vector<std::string> unit_names() const;
+
+  MemoryStats memory() const;
+  void reset_gathered_peak();
+  void set_optimizer_state_bytes(int64_t bytes) { optim_bytes_ = bytes; }
+
+  // Internal API for the optimizer and checkpointing: the trainable flat buffers' local
+  // fp32 master values and reduced gradients (shards; full buffers under no_shard).
+  struct TrainableView {
+    at::Tensor master;  // updated in place by the optimizer
+    at::Tensor grad;
+  };
+  std::vector<TrainableView> optimizer_views();
+
+  // This rank's slices of every flat buffer (fp32 master values), unit by unit, trainable
+  // then frozen: identical bits under every strategy at the same world size.
+  std::vector<at::Tensor> local_shards() const;
+
+  // Runs fn(name, full tensor) for every parameter, gathering one unit at a time.
+  // A collective: every rank must call it.
+  void for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn);
+
+  // Hook entry points (used by the autograd glue; not for users).
+  void on_pre_forward(Unit& unit, std::vector<at::Tensor>& inputs);
+  void on_post_forward(Unit& unit, std::vector<at::Tensor>& outputs);
+  void on_pre_backward(Unit& unit);
+  void on_post_backward(Unit& unit);
+
+ private:
+  void build_units();
+  void gather(Unit& unit);
+  void release(Unit& unit);
+  void reduce_unit_grads(Unit& unit);
+  void drain_pending_reductions();
+
+  std::shared_ptr<torch::nn::Module> module_;
+  std::shared_ptr<Communicator> comm_;
+  ShardOptions options_;
+  std::vector<std::unique_ptr<Unit>> units_;
+  struct PendingReduce;
+  std::vector<std::unique_ptr<PendingReduce>> pending_;
+  int micro_batches_ = 0;
+  int64_t gathered_bytes_ = 0;
+  int64_t gathered_peak_ = 0;
+  int64_t optim_bytes_ = 0;
+};
+
+std::shared_ptr<ShardedModel> fully_shard(std::shared_ptr<torch::nn::Module> module,
+                                          std::shared_ptr<Communicator> comm, ShardOptions options = {});
+
+}  // namespace zeroshard

@@ -1,0 +1,97 @@
+// The `zeroshard` command line.
+#include "train/config.h"
+#include "train/trainer.h"
+#include "zeroshard/comm.h"
+#include "zeroshard/launch.h"
+
+#include <CLI/CLI.hpp>
+
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <iostream>
+
+namespace {
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw std::runtime_error("cannot resolve /proc/self/exe");
+  buf[n] = '\0';
+  return buf;
+}
+
+int cmd_train(const std::string& config_path, std::vector<std::string> overrides, int nproc) {
+  using namespace zeroshard;
+  RendezvousInfo rdv = RendezvousInfo::from_env();
+  const bool inside_job = std::getenv("RANK") != nullptr;
+  // Validate everything before any rank starts.
+  train::TrainConfig cfg = train::load_config(config_path, overrides);
+  if (!inside_job && nproc > 1) {
+    if (cfg.run_dir.empty()) overrides.push_back("run.dir=" + train::default_run_dir(cfg));
+    LaunchOptions lo;
+    lo.nproc = nproc;
+    lo.argv = {self_exe(), "train"};
+    if (!config_path.empty()) {
+      lo.argv.push_back("--config");
+      lo.argv.push_back(config_path);
+    }
+    for (const auto& o : overrides) {
+      lo.argv.push_back("--set");
+      lo.argv.push_back(o);
+    }
+    return launch_local(lo);
+  }
+  if (inside_job && nproc > 1 && nproc != rdv.world_size) {
+    throw std::invalid_argument("--nproc " + std::to_string(nproc) + " disagrees with WORLD_SIZE=" +
+                                std::to_string(rdv.world_size) + " of the surrounding launcher");
+  }
+  return train::run_training(cfg, rdv);
+}
+
+int cmd_config_show(const std::string& config_path, const std::vector<std::string>& overrides) {
+  zeroshard::train::Provenance prov;
+  auto cfg = zeroshard::train::load_config(config_path, overrides, &prov);
+  for (const auto& [k, v] : zeroshard::train::config_items(cfg)) {
+    std::printf("%-28s %-24s # %s\n", k.c_str(), v.c_str(), prov[k].c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"zeroshard: sharded data-parallel training (ZeRO 0-3) on libtorch + Gloo"};
+  app.require_subcommand(1);
+
+  std::string config_path;
+  std::vector<std::string> overrides;
+  int nproc = 1;
+  auto* train = app.add_subcommand("train", "Train a model (the default job when no --config is given)");
+  train->add_option("-c,--config", config_path, "YAML config (see configs/); `base:` chains to a parent file")
+      ->check(CLI::ExistingFile);
+  train->add_option("--set", overrides, "Override a config key: --set train.steps=100 (repeatable)");
+  train->add_option("--nproc", nproc, "Start this many local ranks (joins an existing job when RANK is set)")
+      ->check(CLI::Range(1, 1024));
+
+  auto* config = app.add_subcommand("config", "Inspect configurations");
+  auto* show = config->add_subcommand("show", "Print the fully resolved config and where each value came from");
+  std::string show_path;
+  std::vector<std::string> show_overrides;
+  show->add_option("-c,--config", show_path, "YAML config")->check(CLI::ExistingFile);
+  show->add_option("--set", show_overrides, "Override a config key (repeatable)");
+  config->require_subcommand(1);
+
+  CLI11_PARSE(app, argc, argv);
+  const char* rank_env = std::getenv("RANK");
+  const std::string who = rank_env ? std::string(" (rank ") + rank_env + ")" : std::string();
+  try {
+    if (train->parsed()) return cmd_train(config_path, overrides, nproc);
+    if (show->parsed()) return cmd_config_show(show_path, show_overrides);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zeroshard: error%s: %s\n", who.c_str(), e.what());
+    return 1;
+  }
+  return 0;
+}

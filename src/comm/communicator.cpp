@@ -1,0 +1,167 @@
+#include "zeroshard/comm.h"
+
+#include "comm/work_queue.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace zeroshard {
+namespace comm_detail {
+
+void QueuedWork::wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool QueuedWork::completed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+void QueuedWork::finish(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    error_ = error;
+  }
+  cv_.notify_all();
+}
+
+WorkQueue::WorkQueue() : thread_([this] { run(); }) {}
+
+WorkQueue::~WorkQueue() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+WorkHandle WorkQueue::submit(std::function<void()> fn) {
+  auto work = std::make_shared<QueuedWork>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.emplace_back(std::move(fn), work);
+  }
+  cv_.notify_all();
+  return work;
+}
+
+void WorkQueue::run() {
+  for (;;) {
+    std::pair<std::function<void()>, std::shared_ptr<QueuedWork>> item;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping and drained
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    if (broken_) {
+      item.second->finish(broken_);
+      continue;
+    }
+    try {
+      item.first();
+      item.second->finish(nullptr);
+    } catch (...) {
+      broken_ = std::current_exception();
+      item.second->finish(broken_);
+    }
+  }
+}
+
+}  // namespace comm_detail
+
+namespace {
+
+int env_int(const char* name, int fallback, bool required) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') {
+    if (required) {
+      throw std::invalid_argument(std::string("environment variable ") + name +
+                                  " is required when RANK is set (torchrun/Slurm convention)");
+    }
+    return fallback;
+  }
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || x < 0 || x > 1 << 20) {
+    throw std::invalid_argument(std::string("environment variable ") + name + "='" + v +
+                                "' is not a non-negative integer");
+  }
+  return static_cast<int>(x);
+}
+
+class CompletedWork : public CommWork {
+ public:
+  void wait() override {}
+  bool completed() const override { return true; }
+};
+
+// World of one: gathers and reductions are copies.
+class LocalCommunicator : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  std::string backend_name() const override { return "local"; }
+
+  WorkHandle all_gather_async(const at::Tensor& input, const at::Tensor& output) override {
+    TORCH_CHECK(input.numel() == output.numel(), "all_gather: output numel ", output.numel(),
+                " != world_size * input numel ", input.numel());
+    if (input.data_ptr() != output.data_ptr()) output.copy_(input.view_as(output));
+    return std::make_shared<CompletedWork>();
+  }
+  WorkHandle reduce_scatter_async(const at::Tensor& input, const at::Tensor& output) override {
+    return all_gather_async(input, output);
+  }
+  WorkHandle all_reduce_async(const at::Tensor&) override { return std::make_shared<CompletedWork>(); }
+  WorkHandle broadcast_async(const at::Tensor&, int root) override {
+    TORCH_CHECK(root == 0, "broadcast: root ", root, " out of range for world size 1");
+    return std::make_shared<CompletedWork>();
+  }
+  WorkHandle barrier_async() override { return std::make_shared<CompletedWork>(); }
+};
+
+}  // namespace
+
+RendezvousInfo RendezvousInfo::from_env() {
+  RendezvousInfo info;
+  const char* rank = std::getenv("RANK");
+  if (rank == nullptr || *rank == '\0') return info;
+  info.rank = env_int("RANK", 0, true);
+  info.world_size = env_int("WORLD_SIZE", 1, true);
+  info.local_rank = env_int("LOCAL_RANK", info.rank, false);
+  info.local_world_size = env_int("LOCAL_WORLD_SIZE", info.world_size, false);
+  if (info.world_size < 1 || info.rank >= info.world_size) {
+    throw std::invalid_argument("RANK=" + std::to_string(info.rank) + " is out of range for WORLD_SIZE=" +
+                                std::to_string(info.world_size));
+  }
+  if (const char* f = std::getenv("ZEROSHARD_STORE_FILE"); f != nullptr && *f != '\0') {
+    info.file_store_path = f;
+  } else {
+    const char* addr = std::getenv("MASTER_ADDR");
+    if (info.world_size > 1 && (addr == nullptr || *addr == '\0')) {
+      throw std::invalid_argument("environment variable MASTER_ADDR is required when WORLD_SIZE > 1");
+    }
+    if (addr != nullptr && *addr != '\0') info.master_addr = addr;
+    info.master_port = env_int("MASTER_PORT", 29500, info.world_size > 1);
+    if (info.master_port == 0 || info.master_port > 65535) {
+      throw std::invalid_argument("MASTER_PORT=" + std::to_string(info.master_port) +
+                                  " is not a TCP port (1-65535)");
+    }
+  }
+  return info;
+}
+
+std::shared_ptr<Communicator> make_local_communicator() { return std::make_shared<LocalCommunicator>(); }
+
+std::shared_ptr<Communicator> make_communicator(const RendezvousInfo& info, const CommOptions& options) {
+  if (info.world_size == 1) return make_local_communicator();
+  return make_gloo_communicator(info, options);
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,123 @@
+#include "models/llama/llama.h"
+
+#include "nn/init.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace zeroshard::models {
+
+int64_t LlamaConfig::num_params() const {
+  const int64_t hd = head_dim();
+  const int64_t attn = dim * n_heads * hd + 2 * dim * n_kv_heads * hd + n_heads * hd * dim;
+  const int64_t block = attn + 3 * dim * ffn_hidden + 2 * dim;
+  return vocab_size * dim * (tie_embeddings ? 1 : 2) + n_layers * block + dim;
+}
+
+void LlamaConfig::validate() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument("model config: " + what);
+  };
+  need(vocab_size > 0, "vocab_size must be > 0, got " + std::to_string(vocab_size));
+  need(dim > 0, "dim must be > 0, got " + std::to_string(dim));
+  need(n_layers >= 0, "n_layers must be >= 0, got " + std::to_string(n_layers));
+  need(n_heads > 0 && dim % n_heads == 0,
+       "dim (" + std::to_string(dim) + ") must be a positive multiple of n_heads (" + std::to_string(n_heads) + ")");
+  need((dim / n_heads) % 2 == 0, "head_dim = dim / n_heads must be even for RoPE, got " + std::to_string(dim / n_heads));
+  need(n_kv_heads > 0 && n_heads % n_kv_heads == 0,
+       "n_heads (" + std::to_string(n_heads) + ") must be a multiple of n_kv_heads (" + std::to_string(n_kv_heads) + ")");
+  need(ffn_hidden > 0, "ffn_hidden must be > 0, got " + std::to_string(ffn_hidden));
+  need(max_seq_len > 0, "max_seq_len must be > 0, got " + std::to_string(max_seq_len));
+  need(norm_eps > 0, "norm_eps must be > 0");
+}
+
+AttentionImpl::AttentionImpl(const LlamaConfig& c, std::shared_ptr<const nn::RopeTables> rope)
+    : n_heads_(c.n_heads), n_kv_heads_(c.n_kv_heads), head_dim_(c.head_dim()), rope_(std::move(rope)) {
+  auto lin = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  wq = register_module("wq", lin(c.dim, c.n_heads * head_dim_));
+  wk = register_module("wk", lin(c.dim, c.n_kv_heads * head_dim_));
+  wv = register_module("wv", lin(c.dim, c.n_kv_heads * head_dim_));
+  wo = register_module("wo", lin(c.n_heads * head_dim_, c.dim));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1);
+  auto q = wq(x).view({B, T, n_heads_, head_dim_}).transpose(1, 2);
+  auto k = wk(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
+  auto v = wv(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
+  q = nn::apply_rope(q, *rope_);
+  k = nn::apply_rope(k, *rope_);
+  auto out = nn::causal_attention(q, k, v);
+  return wo(out.transpose(1, 2).reshape({B, T, n_heads_ * head_dim_}));
+}
+
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
+  auto lin = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  w1 = register_module("w1", lin(dim, hidden));
+  w2 = register_module("w2", lin(hidden, dim));
+  w3 = register_module("w3", lin(dim, hidden));
+}
+
+torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) { return w2(torch::silu(w1(x)) * w3(x)); }
+
+LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& c, std::shared_ptr<const nn::RopeTables> rope) {
+  attention_norm = register_module("attention_norm", nn::RMSNorm(c.dim, c.norm_eps));
+  attention = register_module("attention", Attention(c, rope));
+  ffn_norm = register_module("ffn_norm", nn::RMSNorm(c.dim, c.norm_eps));
+  feed_forward = register_module("feed_forward", FeedForward(c.dim, c.ffn_hidden));
+}
+
+torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x) {
+  return call_hooked(x, [this](const torch::Tensor& in) {
+    auto h = in + attention(attention_norm(in));
+    return h + feed_forward(ffn_norm(h));
+  });
+}
+
+LlamaImpl::LlamaImpl(const LlamaConfig& c) : config_(c) {
+  c.validate();
+  rope_ = std::make_shared<nn::RopeTables>(nn::RopeTables::make(c.max_seq_len, c.head_dim(), c.rope_theta));
+  tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(c.vocab_size, c.dim));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.n_layers; ++i) layers->push_back(LlamaBlock(c, rope_));
+  norm = register_module("norm", nn::RMSNorm(c.dim, c.norm_eps));
+  if (!c.tie_embeddings) {
+    output = register_module("output", torch::nn::Linear(torch::nn::LinearOptions(c.dim, c.vocab_size).bias(false)));
+  }
+}
+
+torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
+  return call_hooked(tokens, [this](const torch::Tensor& toks) {
+    TORCH_CHECK(toks.dim() == 2, "Llama: tokens must be [batch, seq], got ", toks.sizes());
+    TORCH_CHECK(toks.size(1) <= config_.max_seq_len, "Llama: sequence length ", toks.size(1),
+                " exceeds max_seq_len ", config_.max_seq_len);
+    auto h = tok_embeddings(toks);
+    for (const auto& layer : *layers) h = layer->as<LlamaBlockImpl>()->forward(h);
+    h = norm(h);
+    const auto& w = config_.tie_embeddings ? tok_embeddings->weight : output->weight;
+    return torch::matmul(h, w.t());
+  });
+}
+
+void LlamaImpl::reset_parameters(uint64_t seed) {
+  const double std = 0.02;
+  const double out_std = std / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(1, config_.n_layers)));
+  for (auto& item : named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    auto& p = item.value();
+    if (p.dim() == 1) {
+      nn::init_constant(p, 1.0);  // norm weights
+    } else if (name.size() >= 9 && (name.rfind("wo.weight") == name.size() - 9 || name.rfind("w2.weight") == name.size() - 9)) {
+      nn::init_normal(p, seed, name, out_std);  // residual-branch outputs, scaled by depth
+    } else {
+      nn::init_normal(p, seed, name, std);
+    }
+  }
+}
+
+torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
+                                              targets.reshape({-1}));
+}
+
+}  // namespace zeroshard::models

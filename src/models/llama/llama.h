@@ -1,0 +1,85 @@
+// A Llama-style decoder LM: RMSNorm, RoPE, causal grouped-query attention, SwiGLU, optional
+// tied embeddings. Plain torch::nn modules: the blocks and the root are HookableModules so an
+// engine can wrap them, but nothing here knows about sharding.
+#pragma once
+
+#include "nn/layers.h"
+#include "zeroshard/nn/hookable.h"
+
+#include <torch/torch.h>
+
+#include <memory>
+
+namespace zeroshard::models {
+
+struct LlamaConfig {
+  int64_t vocab_size = 256;
+  int64_t dim = 128;
+  int64_t n_layers = 2;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 2;
+  int64_t ffn_hidden = 352;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  bool tie_embeddings = true;
+  int64_t max_seq_len = 256;
+
+  int64_t head_dim() const { return dim / n_heads; }
+  int64_t num_params() const;
+  void validate() const;  // throws std::invalid_argument naming the bad field
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const LlamaConfig& c, std::shared_ptr<const nn::RopeTables> rope);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+
+ private:
+  int64_t n_heads_, n_kv_heads_, head_dim_;
+  std::shared_ptr<const nn::RopeTables> rope_;
+};
+TORCH_MODULE(Attention);
+
+class FeedForwardImpl : public torch::nn::Module {
+ public:
+  FeedForwardImpl(int64_t dim, int64_t hidden);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+};
+TORCH_MODULE(FeedForward);
+
+class LlamaBlockImpl : public nn::HookableModule {
+ public:
+  LlamaBlockImpl(const LlamaConfig& c, std::shared_ptr<const nn::RopeTables> rope);
+  torch::Tensor forward(const torch::Tensor& x);
+  nn::RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
+  Attention attention{nullptr};
+  FeedForward feed_forward{nullptr};
+};
+TORCH_MODULE(LlamaBlock);
+
+class LlamaImpl : public nn::HookableModule {
+ public:
+  explicit LlamaImpl(const LlamaConfig& c);
+  // tokens [B, T] int64 -> logits [B, T, vocab] float
+  torch::Tensor forward(const torch::Tensor& tokens);
+  // Re-initializes every parameter from (seed, name); call before sharding.
+  void reset_parameters(uint64_t seed);
+  const LlamaConfig& config() const { return config_; }
+
+  torch::nn::Embedding tok_embeddings{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  nn::RMSNorm norm{nullptr};
+  torch::nn::Linear output{nullptr};  // null when tie_embeddings
+
+ private:
+  LlamaConfig config_;
+  std::shared_ptr<const nn::RopeTables> rope_;
+};
+TORCH_MODULE(Llama);
+
+// Mean next-token cross entropy over all positions, in fp32.
+torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+}  // namespace zeroshard::models

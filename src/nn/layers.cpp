@@ -1,0 +1,52 @@
+#include "nn/layers.h"
+
+#include <cmath>
+
+namespace zeroshard::nn {
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  auto xf = x.to(torch::kFloat);
+  auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return normed.to(x.scalar_type()) * weight;
+}
+
+RopeTables RopeTables::make(int64_t max_seq_len, int64_t head_dim, double theta) {
+  TORCH_CHECK(head_dim % 2 == 0, "RoPE needs an even head_dim, got ", head_dim);
+  auto j = torch::arange(0, head_dim / 2, torch::kFloat);
+  auto inv_freq = 1.0 / torch::pow(torch::tensor(theta, torch::kFloat), 2.0 * j / static_cast<double>(head_dim));
+  auto t = torch::arange(0, max_seq_len, torch::kFloat);
+  auto angles = torch::outer(t, inv_freq);
+  RopeTables r;
+  r.cos = torch::cat({angles.cos(), angles.cos()}, -1);
+  r.sin = torch::cat({angles.sin(), angles.sin()}, -1);
+  return r;
+}
+
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope) {
+  const int64_t T = x.size(2), D = x.size(3);
+  TORCH_CHECK(T <= rope.cos.size(0), "sequence length ", T, " exceeds the RoPE table (max_seq_len ",
+              rope.cos.size(0), ")");
+  auto cos = rope.cos.narrow(0, 0, T).to(x.scalar_type());
+  auto sin = rope.sin.narrow(0, 0, T).to(x.scalar_type());
+  auto x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);
+  auto rotated = torch::cat({-x2, x1}, -1);
+  return x * cos + rotated * sin;
+}
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const int64_t H = q.size(1), Hkv = k.size(1), T = q.size(2), D = q.size(3);
+  TORCH_CHECK(H % Hkv == 0, "n_heads ", H, " must be a multiple of n_kv_heads ", Hkv);
+  auto kk = H == Hkv ? k : k.repeat_interleave(H / Hkv, 1);
+  auto vv = H == Hkv ? v : v.repeat_interleave(H / Hkv, 1);
+  auto scores = torch::matmul(q, kk.transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
+  auto mask = torch::ones({T, T}, torch::kBool).triu(1);
+  scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  auto probs = torch::softmax(scores.to(torch::kFloat), -1).to(q.scalar_type());
+  return torch::matmul(probs, vv);
+}
+
+}  // namespace zeroshard::nn

@@ -1,0 +1,59 @@
+#include "shard/autograd_hooks.h"
+
+#include <torch/autograd.h>
+
+namespace zeroshard {
+namespace {
+
+// Identity in forward; in backward calls the unit's post-backward callback. The engine runs
+// it after the unit's parameter gradients: every node of the unit was created after this
+// one, and the CPU engine runs ready nodes (and AccumulateGrad first) by that order.
+struct PostBackwardNode : public torch::autograd::Function<PostBackwardNode> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                torch::autograd::variable_list inputs, int64_t callback) {
+    ctx->saved_data["callback"] = callback;
+    torch::autograd::variable_list out;
+    out.reserve(inputs.size());
+    for (auto& x : inputs) out.push_back(x.view_as(x));
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* cb = reinterpret_cast<std::function<void()>*>(ctx->saved_data["callback"].toInt());
+    (*cb)();
+    torch::autograd::variable_list out(grads.begin(), grads.end());
+    out.emplace_back();  // no gradient for the callback argument
+    return out;
+  }
+};
+
+}  // namespace
+
+bool attach_post_backward(std::vector<at::Tensor>& inputs, std::function<void()>* callback) {
+  std::vector<size_t> idx;
+  torch::autograd::variable_list needing;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].defined() && inputs[i].requires_grad()) {
+      idx.push_back(i);
+      needing.push_back(inputs[i]);
+    }
+  }
+  if (needing.empty()) return false;
+  auto out = PostBackwardNode::apply(needing, reinterpret_cast<int64_t>(callback));
+  for (size_t k = 0; k < idx.size(); ++k) inputs[idx[k]] = out[k];
+  return true;
+}
+
+bool attach_pre_backward(const std::vector<at::Tensor>& outputs, const std::function<void()>& callback) {
+  bool any = false;
+  for (const auto& y : outputs) {
+    if (y.defined() && y.requires_grad()) {
+      at::Tensor hooked = y;
+      hooked.register_hook([callback](const at::Tensor&) { callback(); });
+      any = true;
+    }
+  }
+  return any;
+}
+
+}  // namespace zeroshard

@@ -1,0 +1,319 @@
+#include "train/config.h"
+
+#include "zeroshard/shard.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace zeroshard::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Key {
+  std::string name;
+  std::string type;  // int, float, bool, string
+  std::function<void(const std::string&)> set;
+  std::function<std::string()> get;
+  std::string allowed;  // human-readable range
+};
+
+template <typename T>
+std::string to_text(const T& v) {
+  std::ostringstream ss;
+  ss.precision(17);
+  ss << v;
+  return ss.str();
+}
+
+std::vector<Key> registry(TrainConfig& c) {
+  std::vector<Key> keys;
+  auto add_int = [&](const std::string& name, int64_t* p, int64_t lo, int64_t hi) {
+    keys.push_back({name, "int",
+                    [=](const std::string& v) {
+                      size_t used = 0;
+                      long long x = 0;
+                      try {
+                        x = std::stoll(v, &used);
+                      } catch (...) {
+                        used = 0;
+                      }
+                      if (used != v.size() || v.empty()) throw std::invalid_argument("'" + v + "' is not an integer");
+                      if (x < lo || x > hi) {
+                        throw std::invalid_argument(v + " is out of range [" + std::to_string(lo) + ", " +
+                                                    std::to_string(hi) + "]");
+                      }
+                      *p = x;
+                    },
+                    [=] { return std::to_string(*p); }, "integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]"});
+  };
+  auto add_float = [&](const std::string& name, double* p, double lo, double hi) {
+    keys.push_back({name, "float",
+                    [=](const std::string& v) {
+                      size_t used = 0;
+                      double x = 0;
+                      try {
+                        x = std::stod(v, &used);
+                      } catch (...) {
+                        used = 0;
+                      }
+                      if (used != v.size() || v.empty()) throw std::invalid_argument("'" + v + "' is not a number");
+                      if (!(x >= lo && x <= hi)) {
+                        throw std::invalid_argument(v + " is out of range [" + to_text(lo) + ", " + to_text(hi) + "]");
+                      }
+                      *p = x;
+                    },
+                    [=] { return to_text(*p); }, "number in [" + to_text(lo) + ", " + to_text(hi) + "]"});
+  };
+  auto add_bool = [&](const std::string& name, bool* p) {
+    keys.push_back({name, "bool",
+                    [=](const std::string& v) {
+                      if (v == "true" || v == "1" || v == "yes" || v == "on") *p = true;
+                      else if (v == "false" || v == "0" || v == "no" || v == "off") *p = false;
+                      else throw std::invalid_argument("'" + v + "' is not a boolean (true/false)");
+                    },
+                    [=] { return std::string(*p ? "true" : "false"); }, "true or false"});
+  };
+  auto add_string = [&](const std::string& name, std::string* p, std::vector<std::string> choices) {
+    std::string allowed = "any string";
+    if (!choices.empty()) {
+      allowed = "one of:";
+      for (auto& ch : choices) allowed += " " + ch;
+    }
+    keys.push_back({name, "string",
+                    [=](const std::string& v) {
+                      if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end()) {
+                        throw std::invalid_argument("'" + v + "' is not " + allowed);
+                      }
+                      *p = v;
+                    },
+                    [=] { return *p; }, allowed});
+  };
+  const int64_t big = std::numeric_limits<int32_t>::max();
+  add_string("model.series", &c.model_series, {"llama"});
+  add_int("model.vocab_size", &c.llama.vocab_size, 1, big);
+  add_int("model.dim", &c.llama.dim, 1, big);
+  add_int("model.n_layers", &c.llama.n_layers, 0, 10000);
+  add_int("model.n_heads", &c.llama.n_heads, 1, 10000);
+  add_int("model.n_kv_heads", &c.llama.n_kv_heads, 1, 10000);
+  add_int("model.ffn_hidden", &c.llama.ffn_hidden, 1, big);
+  add_float("model.norm_eps", &c.llama.norm_eps, 1e-12, 1.0);
+  add_float("model.rope_theta", &c.llama.rope_theta, 1.0, 1e9);
+  add_bool("model.tie_embeddings", &c.llama.tie_embeddings);
+  add_int("model.max_seq_len", &c.llama.max_seq_len, 1, 1 << 20);
+  add_int("train.steps", &c.steps, 1, big);
+  add_int("train.micro_batch_size", &c.micro_batch_size, 1, 1 << 20);
+  add_int("train.grad_accum", &c.grad_accum, 1, 1 << 20);
+  add_int("train.seq_len", &c.seq_len, 1, 1 << 20);
+  add_float("train.lr", &c.lr, 0.0, 10.0);
+  add_float("train.min_lr", &c.min_lr, 0.0, 10.0);
+  add_int("train.warmup_steps", &c.warmup_steps, 0, big);
+  add_float("train.weight_decay", &c.weight_decay, 0.0, 10.0);
+  add_float("train.beta1", &c.beta1, 0.0, 0.999999);
+  add_float("train.beta2", &c.beta2, 0.0, 0.99999999);
+  add_float("train.eps", &c.eps, 1e-30, 1.0);
+  add_float("train.clip_grad_norm", &c.clip_grad_norm, 0.0, 1e12);
+  add_int("train.seed", &c.seed, 0, std::numeric_limits<int64_t>::max());
+  add_int("train.log_every", &c.log_every, 1, big);
+  add_string("parallel.strategy", &c.strategy, {"no_shard", "optim", "optim_grads", "optim_grads_params"});
+  add_int("parallel.zero_stage", &c.zero_stage, 0, 3);
+  add_float("parallel.comm_timeout_s", &c.comm_timeout_s, 1.0, 86400.0);
+  add_int("parallel.threads", &c.threads, 0, 1024);
+  add_string("data.source", &c.data_source, {"system_text", "synthetic", "file"});
+  add_string("data.path", &c.data_path, {});
+  add_int("data.synthetic_bytes", &c.data_synthetic_bytes, 1024, int64_t{1} << 34);
+  add_int("data.seed", &c.data_seed, 0, std::numeric_limits<int64_t>::max());
+  add_string("run.dir", &c.run_dir, {});
+  add_bool("run.dump_init", &c.dump_init);
+  add_bool("run.dump_batches", &c.dump_batches);
+  add_bool("run.dump_final_shards", &c.dump_final_shards);
+  add_bool("run.progress", &c.progress);
+  return keys;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+Key& find_key(std::vector<Key>& keys, const std::string& name, const std::string& where) {
+  for (auto& k : keys) {
+    if (k.name == name) return k;
+  }
+  const Key* best = nullptr;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (const auto& k : keys) {
+    size_t d = edit_distance(name, k.name);
+    // also compare the last path component, so "train.stpes" and "stpes" both find train.steps
+    const auto dot = k.name.rfind('.');
+    if (dot != std::string::npos) d = std::min(d, edit_distance(name, k.name.substr(dot + 1)) + 1);
+    if (d < best_d) {
+      best_d = d;
+      best = &k;
+    }
+  }
+  throw std::invalid_argument(where + ": unknown config key '" + name + "'" +
+                              (best ? "; did you mean '" + best->name + "'?" : std::string()));
+}
+
+void flatten(const YAML::Node& node, const std::string& prefix, const std::string& file,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      const std::string key = kv.first.as<std::string>();
+      flatten(kv.second, prefix.empty() ? key : prefix + "." + key, file, out);
+    }
+  } else if (node.IsScalar()) {
+    out.emplace_back(prefix, node.Scalar());
+  } else if (node.IsNull()) {
+    throw std::invalid_argument(file + ": key '" + prefix + "' has no value");
+  } else {
+    throw std::invalid_argument(file + ": key '" + prefix + "' must be a scalar value, not a list");
+  }
+}
+
+void load_file(const std::string& path, std::vector<Key>& keys, Provenance* prov, std::set<std::string>& chain) {
+  const std::string canon = fs::weakly_canonical(path).string();
+  if (!chain.insert(canon).second) throw std::invalid_argument(path + ": 'base' inheritance forms a cycle");
+  if (!fs::exists(path)) throw std::invalid_argument("config file '" + path + "' does not exist");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw std::invalid_argument("config file '" + path + "' is not valid YAML: " + e.what());
+  }
+  if (!root.IsMap()) throw std::invalid_argument("config file '" + path + "' must be a mapping of keys");
+  if (root["base"]) {
+    fs::path base = root["base"].as<std::string>();
+    if (base.is_relative()) base = fs::path(path).parent_path() / base;
+    load_file(base.string(), keys, prov, chain);
+  }
+  std::vector<std::pair<std::string, std::string>> items;
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    if (key == "base") continue;
+    flatten(kv.second, key, path, items);
+  }
+  for (const auto& [k, v] : items) {
+    Key& key = find_key(keys, k, path);
+    try {
+      key.set(v);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(path + ": " + k + ": " + e.what() + " (expected " + key.allowed + ")");
+    }
+    if (prov) (*prov)[k] = path;
+  }
+}
+
+}  // namespace
+
+TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides, Provenance* provenance) {
+  TrainConfig c;
+  Provenance local;
+  if (provenance == nullptr) provenance = &local;
+  auto keys = registry(c);
+  if (provenance) {
+    for (const auto& k : keys) (*provenance)[k.name] = "default";
+  }
+  if (!path.empty()) {
+    std::set<std::string> chain;
+    load_file(path, keys, provenance, chain);
+    c.config_path = path;
+  }
+  for (const auto& o : overrides) {
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw std::invalid_argument("--set '" + o + "': expected key=value, e.g. --set train.steps=100");
+    }
+    const std::string k = o.substr(0, eq), v = o.substr(eq + 1);
+    Key& key = find_key(keys, k, "--set");
+    try {
+      key.set(v);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("--set " + k + ": " + e.what() + " (expected " + key.allowed + ")");
+    }
+    if (provenance) (*provenance)[k] = "--set";
+  }
+  // parallel.strategy and its alias parallel.zero_stage: the later source wins (--set over a
+  // file over the default); the same source giving both, differently, is an error.
+  if (c.zero_stage >= 0) {
+    auto level = [](const std::string& from) { return from == "default" ? 0 : from == "--set" ? 2 : 1; };
+    const std::string from_stage = strategy_name(strategy_from_zero_stage(static_cast<int>(c.zero_stage)));
+    const std::string& sp = (*provenance)["parallel.strategy"];
+    const std::string& zp = (*provenance)["parallel.zero_stage"];
+    if (from_stage != c.strategy) {
+      if (level(sp) == level(zp)) {
+        throw std::invalid_argument("parallel.zero_stage=" + std::to_string(c.zero_stage) + " (" + from_stage +
+                                    ", from " + zp + ") contradicts parallel.strategy=" + c.strategy + " (from " +
+                                    sp + "); set only one of them");
+      }
+      if (level(sp) > level(zp)) c.zero_stage = static_cast<int64_t>(parse_strategy(c.strategy));
+    }
+  }
+  validate(c);
+  return c;
+}
+
+void validate(TrainConfig& c) {
+  if (c.zero_stage >= 0) {
+    // The alias sets the strategy (load_config rejects contradicting both).
+    c.strategy = strategy_name(strategy_from_zero_stage(static_cast<int>(c.zero_stage)));
+  }
+  parse_strategy(c.strategy);
+  c.llama.validate();
+  if (c.seq_len > c.llama.max_seq_len) {
+    throw std::invalid_argument("train.seq_len (" + std::to_string(c.seq_len) + ") exceeds model.max_seq_len (" +
+                                std::to_string(c.llama.max_seq_len) + ")");
+  }
+  if (c.llama.vocab_size < 256) {
+    throw std::invalid_argument("model.vocab_size (" + std::to_string(c.llama.vocab_size) +
+                                ") must be >= 256 for the byte-level tokenizer");
+  }
+  if (c.min_lr > c.lr) {
+    throw std::invalid_argument("train.min_lr (" + to_text(c.min_lr) + ") exceeds train.lr (" + to_text(c.lr) + ")");
+  }
+  if (c.warmup_steps > c.steps) {
+    throw std::invalid_argument("train.warmup_steps (" + std::to_string(c.warmup_steps) + ") exceeds train.steps (" +
+                                std::to_string(c.steps) + ")");
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> config_items(const TrainConfig& c) {
+  TrainConfig copy = c;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto& k : registry(copy)) out.emplace_back(k.name, k.get());
+  return out;
+}
+
+nlohmann::json config_to_json(const TrainConfig& c, int world_size) {
+  TrainConfig copy = c;
+  nlohmann::json j = nlohmann::json::object();
+  for (auto& k : registry(copy)) {
+    const auto dot = k.name.find('.');
+    const std::string section = k.name.substr(0, dot), field = k.name.substr(dot + 1);
+    const std::string v = k.get();
+    if (k.type == "int") j[section][field] = std::stoll(v);
+    else if (k.type == "float") j[section][field] = std::stod(v);
+    else if (k.type == "bool") j[section][field] = (v == "true");
+    else j[section][field] = v;
+  }
+  j["world_size"] = world_size;
+  return j;
+}
+
+}  // namespace zeroshard::train

@@ -1,0 +1,71 @@
+// The typed run configuration: YAML files (with `base:` inheritance) plus --set overrides,
+// every key known, typed and range-checked; an unknown key is an error naming the closest.
+#pragma once
+
+#include "models/llama/llama.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace zeroshard::train {
+
+struct TrainConfig {
+  std::string model_series = "llama";
+  models::LlamaConfig llama;
+
+  int64_t steps = 100;
+  int64_t micro_batch_size = 4;
+  int64_t grad_accum = 1;
+  int64_t seq_len = 128;
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  int64_t warmup_steps = 10;
+  double weight_decay = 0.01;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double clip_grad_norm = 1.0;
+  int64_t seed = 1234;
+  int64_t log_every = 10;
+
+  std::string strategy = "optim_grads_params";
+  int64_t zero_stage = -1;  // alias; -1 = not set
+  double comm_timeout_s = 300;
+  int64_t threads = 0;  // intra-op threads per rank; 0 = cores / local ranks
+
+  std::string data_source = "system_text";
+  std::string data_path;
+  int64_t data_synthetic_bytes = 1 << 20;
+  int64_t data_seed = 1234;
+
+  std::string run_dir;  // default runs/<config>-<timestamp>
+  bool dump_init = false;      // write <run_dir>/init.safetensors (full initial weights)
+  bool dump_batches = false;   // write <run_dir>/batches.rank<r>.bin (the tokens each rank trains on)
+  bool dump_final_shards = false;  // write <run_dir>/final_shard.rank<r>.bin (fp32 master shard)
+  bool progress = true;
+
+  std::string config_path;  // the file it was loaded from, if any
+};
+
+// Where each value came from: "default", a file path, or "--set".
+using Provenance = std::map<std::string, std::string>;
+
+// Loads path (may be empty: defaults only), then applies "key=value" overrides in order.
+// Throws std::invalid_argument naming the file, key, value and what is allowed.
+TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides,
+                        Provenance* provenance = nullptr);
+
+// Cross-field checks (strategy names, alias agreement, sequence vs model length...).
+void validate(TrainConfig& c);
+
+// Every key with its current value, in declaration order.
+std::vector<std::pair<std::string, std::string>> config_items(const TrainConfig& c);
+
+// The JSON written to <run_dir>/config.json (nested by the dotted key prefixes).
+nlohmann::json config_to_json(const TrainConfig& c, int world_size);
+
+}  // namespace zeroshard::train

@@ -1,0 +1,47 @@
+#include "train/metrics.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <stdexcept>
+
+namespace zeroshard::train {
+
+int64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;
+}
+
+std::string exact_float(float x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(x));
+  return buf;
+}
+
+JsonlWriter::JsonlWriter(const std::string& path) : path_(path), out_(path, std::ios::app) {
+  if (!out_) throw std::runtime_error("cannot open '" + path + "' for writing");
+}
+
+void JsonlWriter::write(const nlohmann::json& line) {
+  out_ << line.dump() << "\n";
+  out_.flush();
+  if (!out_) throw std::runtime_error("write to '" + path_ + "' failed");
+}
+
+RankLog::RankLog(const std::string& path, int rank) : out_(path, std::ios::app), rank_(rank) {
+  if (!out_) throw std::runtime_error("cannot open '" + path + "' for writing");
+}
+
+void RankLog::line(const std::string& text) {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  out_ << stamp << " [rank " << rank_ << "] " << text << "\n";
+  out_.flush();
+}
+
+}  // namespace zeroshard::train

@@ -1,0 +1,252 @@
+#include "train/trainer.h"
+
+#include "data/sampler.h"
+#include "data/text_dataset.h"
+#include "io/safetensors.h"
+#include "models/llama/llama.h"
+#include "train/metrics.h"
+#include "zeroshard/optim.h"
+#include "zeroshard/shard.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace zeroshard::train {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string default_run_dir(const TrainConfig& c) {
+  const std::string stem = c.config_path.empty() ? "default" : fs::path(c.config_path).stem().string();
+  const std::time_t t = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&t));
+  return "runs/" + stem + "-" + stamp;
+}
+
+namespace {
+
+// Rank 0 decides, everybody agrees (ranks may start at different seconds).
+std::string agree_on_string(Communicator& comm, const std::string& mine) {
+  at::Tensor len = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
+  comm.broadcast(len, 0);
+  at::Tensor bytes = at::zeros({len.item<int64_t>()}, at::kByte);
+  if (comm.rank() == 0) std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
+  comm.broadcast(bytes, 0);
+  return std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel()));
+}
+
+// Sum of one double per rank, added in rank order: identical on every rank.
+double sum_over_ranks(Communicator& comm, double mine) {
+  at::Tensor all = at::empty({comm.world_size()}, at::kDouble);
+  comm.all_gather(at::full({1}, mine, at::kDouble), all);
+  double total = 0.0;
+  for (int r = 0; r < comm.world_size(); ++r) total += all.data_ptr<double>()[r];
+  return total;
+}
+
+void write_init_safetensors(const std::string& path, torch::nn::Module& model) {
+  std::vector<io::TensorEntry> entries;
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& item : model.named_parameters(true)) {
+    bool dup = false;
+    for (const auto& t : tensors) dup = dup || t.second.unsafeGetTensorImpl() == item.value().unsafeGetTensorImpl();
+    if (dup) continue;
+    entries.push_back({item.key(), at::kFloat, item.value().sizes().vec()});
+    tensors.emplace_back(item.key(), item.value());
+  }
+  io::SafetensorsWriter w(path, entries, {{"format", "pt"}, {"producer", "zeroshard"}});
+  for (const auto& t : tensors) w.write(t.first, t.second.detach());
+  w.finish();
+}
+
+std::string human_count(double x) {
+  char buf[32];
+  if (x >= 1e6) std::snprintf(buf, sizeof(buf), "%.2fM", x / 1e6);
+  else if (x >= 1e3) std::snprintf(buf, sizeof(buf), "%.1fk", x / 1e3);
+  else std::snprintf(buf, sizeof(buf), "%.0f", x);
+  return buf;
+}
+
+}  // namespace
+
+int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
+  const int threads = cfg.threads > 0 ? static_cast<int>(cfg.threads)
+                                      : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                                        std::max(1, rdv.local_world_size));
+  torch::set_num_threads(threads);
+
+  CommOptions comm_options;
+  comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout_s * 1000));
+  auto comm = make_communicator(rdv, comm_options);
+  const int rank = comm->rank(), world = comm->world_size();
+
+  const std::string run_dir = agree_on_string(*comm, cfg.run_dir.empty() ? default_run_dir(cfg) : cfg.run_dir);
+  fs::create_directories(run_dir);
+  RankLog log(run_dir + "/rank" + std::to_string(rank) + ".log", rank);
+  log.line("start: world_size=" + std::to_string(world) + " strategy=" + cfg.strategy + " threads=" +
+           std::to_string(threads) + " backend=" + comm->backend_name());
+  if (rank == 0) {
+    std::ofstream(run_dir + "/config.json") << config_to_json(cfg, world).dump(2) << "\n";
+    std::ofstream(run_dir + "/metrics.jsonl", std::ios::trunc);  // fresh file for this run
+  }
+
+  // Model: built whole, initialized from (seed, name), then sharded.
+  auto model = models::Llama(cfg.llama);
+  model->reset_parameters(static_cast<uint64_t>(cfg.seed));
+  if (cfg.dump_init && rank == 0) write_init_safetensors(run_dir + "/init.safetensors", *model);
+  ShardOptions shard_options;
+  shard_options.strategy = parse_strategy(cfg.strategy);
+  auto sharded = fully_shard(model.ptr(), comm, shard_options);
+  AdamWOptions adam;
+  adam.lr = cfg.lr;
+  adam.beta1 = cfg.beta1;
+  adam.beta2 = cfg.beta2;
+  adam.eps = cfg.eps;
+  adam.weight_decay = cfg.weight_decay;
+  ShardedAdamW optim(sharded, adam);
+  LrSchedule schedule{cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg.steps};
+  {
+    const MemoryStats m = sharded->memory();
+    log.line("model: " + std::to_string(m.num_params) + " parameters in " + std::to_string(sharded->num_units()) +
+             " units; per-rank bytes params=" + std::to_string(m.params_bytes) + " grads=" +
+             std::to_string(m.grads_bytes) + " optim=" + std::to_string(m.optim_bytes));
+  }
+
+  data::TextSourceOptions src;
+  src.source = cfg.data_source;
+  src.path = cfg.data_path;
+  src.synthetic_bytes = cfg.data_synthetic_bytes;
+  src.seed = static_cast<uint64_t>(cfg.data_seed);
+  data::SamplerOptions so;
+  so.seq_len = cfg.seq_len;
+  so.micro_batch_size = cfg.micro_batch_size;
+  so.grad_accum = cfg.grad_accum;
+  so.seed = static_cast<uint64_t>(cfg.data_seed);
+  data::DistributedWindowSampler sampler(data::load_corpus(src), so, rank, world);
+  if (cfg.dump_batches) {
+    std::ofstream out(run_dir + "/batches.rank" + std::to_string(rank) + ".bin", std::ios::binary);
+    for (int64_t s = 0; s < cfg.steps; ++s) {
+      for (int64_t m = 0; m < cfg.grad_accum; ++m) {
+        at::Tensor b = sampler.batch(s, m);
+        out.write(static_cast<const char*>(b.data_ptr()), static_cast<std::streamsize>(b.nbytes()));
+      }
+    }
+  }
+
+  std::unique_ptr<JsonlWriter> metrics;
+  if (rank == 0) metrics = std::make_unique<JsonlWriter>(run_dir + "/metrics.jsonl");
+  const bool tty = rank == 0 && isatty(STDOUT_FILENO);
+  const double tokens_per_step = static_cast<double>(sampler.global_batch_size() * cfg.seq_len);
+  std::vector<double> step_times;
+  const auto job_start = Clock::now();
+  float last_loss = 0.0f;
+
+  for (int64_t step = 1; step <= cfg.steps; ++step) {
+    const auto t0 = Clock::now();
+    sharded->reset_gathered_peak();
+    double loss_sum = 0.0;
+    for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
+      at::Tensor batch = sampler.batch(step - 1, micro);
+      at::Tensor inputs = batch.narrow(1, 0, cfg.seq_len);
+      at::Tensor targets = batch.narrow(1, 1, cfg.seq_len);
+      at::Tensor loss = models::lm_loss(model->forward(inputs), targets);
+      sharded->backward(loss);
+      loss_sum += static_cast<double>(loss.item<float>());
+    }
+    const double grad_norm = sharded->finish_gradients(cfg.clip_grad_norm);
+    const double lr = schedule.at(step);
+    optim.step(lr);
+    const float loss = static_cast<float>(sum_over_ranks(*comm, loss_sum) / static_cast<double>(world * cfg.grad_accum));
+    const double step_time = std::chrono::duration<double>(Clock::now() - t0).count();
+    step_times.push_back(step_time);
+    last_loss = loss;
+    if (!std::isfinite(loss)) {
+      throw std::runtime_error("non-finite loss " + exact_float(loss) + " at step " + std::to_string(step));
+    }
+
+    // Per-rank memory figures, gathered so rank 0 can log all of them.
+    const MemoryStats m = sharded->memory();
+    at::Tensor mine = at::tensor({m.params_bytes, m.grads_bytes, m.optim_bytes, m.gathered_peak_bytes, peak_rss_bytes()},
+                                 at::kLong);
+    at::Tensor all = at::empty({world * 5}, at::kLong);
+    comm->all_gather(mine, all);
+    if (rank == 0) {
+      const int64_t* a = all.data_ptr<int64_t>();
+      nlohmann::json per_rank = nlohmann::json::array();
+      for (int r = 0; r < world; ++r) {
+        per_rank.push_back({{"rank", r}, {"mem_params_bytes", a[r * 5]}, {"mem_grads_bytes", a[r * 5 + 1]},
+                            {"mem_optim_bytes", a[r * 5 + 2]}, {"mem_gathered_peak_bytes", a[r * 5 + 3]},
+                            {"rss_peak_bytes", a[r * 5 + 4]}});
+      }
+      nlohmann::json line = {{"step", step},
+                             {"loss", static_cast<double>(loss)},
+                             {"lr", lr},
+                             {"grad_norm", grad_norm},
+                             {"step_time_s", step_time},
+                             {"tokens_per_s", tokens_per_step / step_time},
+                             {"mem_params_bytes", a[0]},
+                             {"mem_grads_bytes", a[1]},
+                             {"mem_optim_bytes", a[2]},
+                             {"mem_gathered_peak_bytes", a[3]},
+                             {"rss_peak_bytes", a[4]},
+                             {"ranks", per_rank}};
+      metrics->write(line);
+      const double elapsed = std::chrono::duration<double>(Clock::now() - job_start).count();
+      const double eta = elapsed / static_cast<double>(step) * static_cast<double>(cfg.steps - step);
+      char text[256];
+      std::snprintf(text, sizeof(text), "step %lld/%lld | loss %.4f | %s tok/s | %.3f s/step | ETA %.0fs",
+                    static_cast<long long>(step), static_cast<long long>(cfg.steps), static_cast<double>(loss),
+                    human_count(tokens_per_step / step_time).c_str(), step_time, eta);
+      if (cfg.progress && tty) {
+        std::printf("\r%-100s", text);
+        if (step == cfg.steps) std::printf("\n");
+        std::fflush(stdout);
+      } else if (cfg.progress && (step % cfg.log_every == 0 || step == 1 || step == cfg.steps)) {
+        std::printf("%s\n", text);
+        std::fflush(stdout);
+      }
+    }
+    if (step % cfg.log_every == 0 || step == cfg.steps) {
+      log.line("step " + std::to_string(step) + " loss " + exact_float(loss) + " grad_norm " + std::to_string(grad_norm));
+    }
+  }
+
+  if (cfg.dump_final_shards) {
+    std::ofstream out(run_dir + "/final_shard.rank" + std::to_string(rank) + ".bin", std::ios::binary);
+    for (const auto& t : sharded->local_shards()) {
+      out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+    }
+  }
+  comm->barrier();
+  if (rank == 0) {
+    std::vector<double> sorted = step_times;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
+    const MemoryStats m = sharded->memory();
+    nlohmann::json summary = {{"run_dir", run_dir},
+                              {"world_size", world},
+                              {"strategy", cfg.strategy},
+                              {"steps", cfg.steps},
+                              {"final_loss", static_cast<double>(last_loss)},
+                              {"median_step_time_s", median},
+                              {"tokens_per_s", tokens_per_step / median},
+                              {"num_params", m.num_params},
+                              {"largest_unit_bytes", m.largest_unit_bytes}};
+    std::ofstream(run_dir + "/summary.json") << summary.dump(2) << "\n";
+    std::printf("done: %lld steps, final loss %.4f, median %.3f s/step; run dir %s\n", static_cast<long long>(cfg.steps),
+                static_cast<double>(last_loss), median, run_dir.c_str());
+  }
+  log.line("finished");
+  return 0;
+}
+
+}  // namespace zeroshard::train
