@@ -29,8 +29,18 @@ class CommWork {
 };
 using WorkHandle = std::shared_ptr<CommWork>;
 
+// Bytes this rank moved over the network, for tests and reports.
+struct CommStats {
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+  int64_t collectives = 0;
+};
+
 struct CommOptions {
+  // Limit for each collective: past it the collective fails with a CommError.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // Limit for all ranks to join (process start-up differs between ranks).
+  std::chrono::milliseconds rendezvous_timeout{std::chrono::seconds(300)};
 };
 
 // Where and how the ranks of one job meet. Filled from the torchrun/Slurm environment
@@ -62,6 +72,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual std::string backend_name() const = 0;
+  virtual CommStats stats() const { return {}; }
 
   // output (numel W*n) receives every rank's input (numel n), rank r's at [r*n, (r+1)*n).
   virtual WorkHandle all_gather_async(const at::Tensor& input, const at::Tensor& output) = 0;

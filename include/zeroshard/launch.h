@@ -9,6 +9,10 @@
 
 namespace zeroshard {
 
+// Exit code of a rank that stopped because another rank failed (a CommError): the launcher
+// reports the rank that failed for another reason as the cause.
+constexpr int kExitPeerLost = 3;
+
 struct LaunchOptions {
   int nproc = 1;
   std::vector<std::string> argv;  // argv[0] is the program to exec (a path)

@@ -44,6 +44,8 @@ using WrapPolicy = std::function<bool(const std::string& qualified_name, const t
 WrapPolicy wrap_every_hookable();  // the default
 
 struct ShardOptions {
+  ShardOptions() = default;
+  ShardOptions(Strategy s) : strategy(s) {}  // NOLINT: implicit, so {Strategy::Optim} reads naturally
   Strategy strategy = Strategy::OptimGradsParams;
   WrapPolicy wrap_policy;  // empty: wrap_every_hookable()
 };

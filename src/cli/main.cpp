@@ -4,6 +4,8 @@
 #include "zeroshard/comm.h"
 #include "zeroshard/launch.h"
 
+#include <c10/util/Exception.h>
+
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
@@ -89,6 +91,12 @@ int main(int argc, char** argv) {
   try {
     if (train->parsed()) return cmd_train(config_path, overrides, nproc);
     if (show->parsed()) return cmd_config_show(show_path, show_overrides);
+  } catch (const zeroshard::CommError& e) {
+    std::fprintf(stderr, "zeroshard: error%s: %s\n", who.c_str(), e.what());
+    return zeroshard::kExitPeerLost;
+  } catch (const c10::Error& e) {  // libtorch errors: the message without the C++ backtrace
+    std::fprintf(stderr, "zeroshard: error%s: %s\n", who.c_str(), e.what_without_backtrace());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zeroshard: error%s: %s\n", who.c_str(), e.what());
     return 1;

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <sstream>
 
@@ -78,6 +79,7 @@ class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(const RendezvousInfo& info, const CommOptions& options)
       : rank_(info.rank), world_(info.world_size), timeout_(options.timeout) {
+    const auto join_timeout = options.rendezvous_timeout;
     c10::intrusive_ptr<c10d::Store> store;
     std::string where;
     try {
@@ -91,11 +93,11 @@ class GlooCommunicator : public Communicator {
         opts.isServer = rank_ == 0;
         opts.numWorkers = world_;
         opts.waitWorkers = false;
-        opts.timeout = timeout_;
+        opts.timeout = join_timeout;
         store = c10::make_intrusive<c10d::TCPStore>(info.master_addr, opts);
       }
-      store->setTimeout(timeout_);
-      adapter_ = std::make_unique<C10dStoreAdapter>(store, timeout_);
+      store->setTimeout(join_timeout);
+      adapter_ = std::make_unique<C10dStoreAdapter>(store, join_timeout);
       gloo::rendezvous::PrefixStore prefixed("zeroshard", *adapter_);
       gloo::transport::tcp::attr attr;
       attr.hostname = info.file_store_path.empty()
@@ -106,18 +108,28 @@ class GlooCommunicator : public Communicator {
       }
       device_ = gloo::transport::tcp::CreateDevice(attr);
       context_ = std::make_shared<gloo::rendezvous::Context>(rank_, world_);
-      context_->setTimeout(timeout_);
+      context_->setTimeout(join_timeout);
       context_->connectFullMesh(prefixed, device_);
+      context_->setTimeout(timeout_);
     } catch (const std::exception& e) {
+      const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
       throw CommError("rendezvous failed on rank " + std::to_string(rank_) + " of " + std::to_string(world_) +
-                      " through " + where + " (timeout " + std::to_string(timeout_.count() / 1000) +
-                      " s): " + e.what());
+                      " through " + where + " (timeout " + std::to_string(join_timeout.count() / 1000) +
+                      " s; are all ranks started, with the same MASTER_ADDR/MASTER_PORT?): " +
+                      (c10_error ? c10_error->what_without_backtrace() : e.what()));
     }
   }
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   std::string backend_name() const override { return "gloo"; }
+  CommStats stats() const override {
+    CommStats s;
+    s.bytes_sent = bytes_sent_.load();
+    s.bytes_received = bytes_received_.load();
+    s.collectives = collectives_.load();
+    return s;
+  }
 
   WorkHandle all_gather_async(const at::Tensor& input, const at::Tensor& output) override {
     check_flat("all_gather", input);
@@ -125,7 +137,7 @@ class GlooCommunicator : public Communicator {
     TORCH_CHECK(output.numel() == input.numel() * world_, "all_gather: output numel ", output.numel(),
                 " != world_size ", world_, " * input numel ", input.numel());
     TORCH_CHECK(input.scalar_type() == output.scalar_type(), "all_gather: dtype mismatch");
-    return queue_.submit([this, input, output] { ring_all_gather("all_gather", input, output); });
+    return submit("all_gather", [this, input, output] { ring_all_gather("all_gather", input, output); });
   }
 
   WorkHandle reduce_scatter_async(const at::Tensor& input, const at::Tensor& output) override {
@@ -135,13 +147,13 @@ class GlooCommunicator : public Communicator {
     TORCH_CHECK(input.numel() == output.numel() * world_, "reduce_scatter: input numel ", input.numel(),
                 " != world_size ", world_, " * output numel ", output.numel());
     TORCH_CHECK(input.scalar_type() == output.scalar_type(), "reduce_scatter: dtype mismatch");
-    return queue_.submit([this, input, output] { ring_reduce_scatter("reduce_scatter", input, output); });
+    return submit("reduce_scatter", [this, input, output] { ring_reduce_scatter("reduce_scatter", input, output); });
   }
 
   WorkHandle all_reduce_async(const at::Tensor& inout) override {
     check_flat("all_reduce", inout);
     check_reducible("all_reduce", inout);
-    return queue_.submit([this, inout] {
+    return submit("all_reduce", [this, inout] {
       // Ring all-reduce = reduce-scatter + all-gather over a copy padded to a multiple of W.
       const int64_t n = inout.numel();
       const int64_t chunk = (n + world_ - 1) / world_;
@@ -157,7 +169,7 @@ class GlooCommunicator : public Communicator {
   WorkHandle broadcast_async(const at::Tensor& inout, int root) override {
     check_flat("broadcast", inout);
     TORCH_CHECK(root >= 0 && root < world_, "broadcast: root ", root, " out of range for world size ", world_);
-    return queue_.submit([this, inout, root] {
+    return submit("broadcast", [this, inout, root] {
       const uint64_t slot = next_slot();
       const size_t bytes = inout.nbytes();
       if (bytes == 0) return;
@@ -167,16 +179,18 @@ class GlooCommunicator : public Communicator {
           if (peer == root) continue;
           buf->send(peer, slot);
           wait_send(*buf, "broadcast", peer);
+          bytes_sent_ += static_cast<int64_t>(bytes);
         }
       } else {
         buf->recv(root, slot);
         wait_recv(*buf, "broadcast", root);
+        bytes_received_ += static_cast<int64_t>(bytes);
       }
     });
   }
 
   WorkHandle barrier_async() override {
-    return queue_.submit([this] {
+    return submit("barrier", [this] {
       at::Tensor token = at::zeros({world_}, at::kByte);
       ring_all_gather("barrier", token.narrow(0, rank_, 1).clone(), token);
     });
@@ -193,7 +207,28 @@ class GlooCommunicator : public Communicator {
                 ": the gloo backend reduces float32, float64 and int64 tensors, got ", s);
   }
 
-  uint64_t next_slot() { return (++op_seq_) << 16; }
+  // Gloo reports a lost peer from send()/recv() as well as from the waits: every error
+  // leaves here as a CommError naming the operation, this rank and its ring neighbours.
+  WorkHandle submit(const char* op, std::function<void()> fn) {
+    return queue_.submit([this, op, fn = std::move(fn)] {
+      try {
+        fn();
+      } catch (const CommError&) {
+        throw;
+      } catch (const std::exception& e) {
+        std::ostringstream msg;
+        msg << op << " #" << op_seq_ << " failed on rank " << rank_ << " of " << world_ << " (ring: sends to rank "
+            << (rank_ + 1) % world_ << ", receives from rank " << (rank_ - 1 + world_) % world_
+            << "); a peer has exited or the network failed: " << e.what();
+        throw CommError(msg.str());
+      }
+    });
+  }
+
+  uint64_t next_slot() {
+    collectives_.fetch_add(1);
+    return (++op_seq_) << 16;
+  }
 
   void wait_recv(gloo::transport::UnboundBuffer& buf, const char* op, int peer) {
     wait_p2p(buf, op, peer, /*is_recv=*/true);
@@ -238,6 +273,8 @@ class GlooCommunicator : public Communicator {
       recv_buf->recv(left, slot + s, recv_idx * chunk, chunk);
       wait_recv(*recv_buf, op, left);
       wait_send(*send_buf, op, right);
+      bytes_sent_ += static_cast<int64_t>(chunk);
+      bytes_received_ += static_cast<int64_t>(chunk);
     }
   }
 
@@ -265,6 +302,8 @@ class GlooCommunicator : public Communicator {
       recv_buf->recv(left, slot + s, 0, chunk);
       wait_recv(*recv_buf, op, left);
       wait_send(*sender, op, right);
+      bytes_sent_ += static_cast<int64_t>(chunk);
+      bytes_received_ += static_cast<int64_t>(chunk);
       add_chunk(recv, input.narrow(0, recv_idx * n, n), output);
     }
   }
@@ -292,6 +331,7 @@ class GlooCommunicator : public Communicator {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   uint64_t op_seq_ = 0;
+  std::atomic<int64_t> bytes_sent_{0}, bytes_received_{0}, collectives_{0};
   // Declared last: its thread is joined first on destruction, before the context goes.
   comm_detail::WorkQueue queue_;
 };

@@ -125,6 +125,8 @@ int launch_local(const LaunchOptions& options) {
     children[r].err_fd = fds[0];
   }
 
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point first_failure_at{};
   int failed_rank = -1;
   int failed_status = 0;
   bool stopping = false;
@@ -164,9 +166,21 @@ int launch_local(const LaunchOptions& options) {
         c.exited = true;
         c.status = status;
         --running;
-        if (exit_code_of(status) != 0 && failed_rank < 0 && !stopping) {
+        if (exit_code_of(status) != 0 && !stopping && first_failure_at == Clock::time_point{}) {
+          first_failure_at = Clock::now();
+        }
+      }
+    }
+    // After the first failure, give the others a moment to exit on their own, then blame the
+    // rank that failed for its own reason rather than one that only lost its peer.
+    if (!stopping && first_failure_at != Clock::time_point{} &&
+        (running == 0 || Clock::now() - first_failure_at > std::chrono::milliseconds(1500))) {
+      for (const auto& c : children) {
+        if (!c.exited || exit_code_of(c.status) == 0) continue;
+        const bool own_reason = exit_code_of(c.status) != kExitPeerLost;
+        if (failed_rank < 0 || (own_reason && exit_code_of(children[failed_rank].status) == kExitPeerLost)) {
           failed_rank = c.rank;
-          failed_status = status;
+          failed_status = c.status;
         }
       }
     }

@@ -10,7 +10,7 @@ namespace {
 // one, and the CPU engine runs ready nodes (and AccumulateGrad first) by that order.
 struct PostBackwardNode : public torch::autograd::Function<PostBackwardNode> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
-                                                torch::autograd::variable_list inputs, int64_t callback) {
+                                                at::TensorList inputs, int64_t callback) {
     ctx->saved_data["callback"] = callback;
     torch::autograd::variable_list out;
     out.reserve(inputs.size());
@@ -39,7 +39,9 @@ bool attach_post_backward(std::vector<at::Tensor>& inputs, std::function<void()>
     }
   }
   if (needing.empty()) return false;
-  auto out = PostBackwardNode::apply(needing, reinterpret_cast<int64_t>(callback));
+  // Passed as a TensorList: apply() only sees tensors given as Tensor or TensorList (a
+  // std::vector would be taken for a non-tensor argument and cut the graph).
+  auto out = PostBackwardNode::apply(at::TensorList(needing), reinterpret_cast<int64_t>(callback));
   for (size_t k = 0; k < idx.size(); ++k) inputs[idx[k]] = out[k];
   return true;
 }

@@ -135,6 +135,8 @@ std::vector<Key> registry(TrainConfig& c) {
   add_bool("run.dump_batches", &c.dump_batches);
   add_bool("run.dump_final_shards", &c.dump_final_shards);
   add_bool("run.progress", &c.progress);
+  add_int("debug.fail_at_step", &c.debug_fail_at_step, 0, big);
+  add_int("debug.fail_rank", &c.debug_fail_rank, 0, 1 << 20);
   return keys;
 }
 
@@ -286,10 +288,6 @@ void validate(TrainConfig& c) {
   }
   if (c.min_lr > c.lr) {
     throw std::invalid_argument("train.min_lr (" + to_text(c.min_lr) + ") exceeds train.lr (" + to_text(c.lr) + ")");
-  }
-  if (c.warmup_steps > c.steps) {
-    throw std::invalid_argument("train.warmup_steps (" + std::to_string(c.warmup_steps) + ") exceeds train.steps (" +
-                                std::to_string(c.steps) + ")");
   }
 }
 

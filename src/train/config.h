@@ -13,12 +13,17 @@
 
 namespace zeroshard::train {
 
+// The defaults are the default job (`./run.sh`, configs/llama/base.yaml).
 struct TrainConfig {
+  TrainConfig() {
+    llama.n_layers = 4;
+    llama.max_seq_len = 128;
+  }
   std::string model_series = "llama";
   models::LlamaConfig llama;
 
-  int64_t steps = 100;
-  int64_t micro_batch_size = 4;
+  int64_t steps = 200;
+  int64_t micro_batch_size = 8;
   int64_t grad_accum = 1;
   int64_t seq_len = 128;
   double lr = 3e-3;
@@ -47,6 +52,10 @@ struct TrainConfig {
   bool dump_batches = false;   // write <run_dir>/batches.rank<r>.bin (the tokens each rank trains on)
   bool dump_final_shards = false;  // write <run_dir>/final_shard.rank<r>.bin (fp32 master shard)
   bool progress = true;
+
+  // Fault injection for tests: rank debug_fail_rank throws at step debug_fail_at_step (0 = off).
+  int64_t debug_fail_at_step = 0;
+  int64_t debug_fail_rank = 0;
 
   std::string config_path;  // the file it was loaded from, if any
 };

@@ -86,6 +86,7 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
 
   CommOptions comm_options;
   comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout_s * 1000));
+  comm_options.rendezvous_timeout = std::max(comm_options.timeout, std::chrono::milliseconds(30000));
   auto comm = make_communicator(rdv, comm_options);
   const int rank = comm->rank(), world = comm->world_size();
 
@@ -154,6 +155,10 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
     const auto t0 = Clock::now();
     sharded->reset_gathered_peak();
     double loss_sum = 0.0;
+    if (cfg.debug_fail_at_step == step && cfg.debug_fail_rank == rank) {
+      throw std::runtime_error("injected failure (debug.fail_at_step=" + std::to_string(step) + ") on rank " +
+                               std::to_string(rank));
+    }
     for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
       at::Tensor batch = sampler.batch(step - 1, micro);
       at::Tensor inputs = batch.narrow(1, 0, cfg.seq_len);

@@ -1,0 +1,143 @@
+// End to end through the `zeroshard` binary and its launcher: exact parity of the four
+// strategies, agreement across world sizes, identical initialization, failure handling.
+#include "support/spawn.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+using namespace zeroshard::testing;
+
+namespace {
+
+// A small Llama on generated text, fast enough for 30-50 steps per run.
+const std::string kSmall =
+    " --set data.source=synthetic --set model.dim=48 --set model.n_layers=2 --set model.n_heads=4"
+    " --set model.n_kv_heads=2 --set model.ffn_hidden=100 --set model.max_seq_len=32 --set train.seq_len=32"
+    " --set train.lr=0.01 --set train.min_lr=0.001 --set train.warmup_steps=3 --set run.progress=false"
+    " --set parallel.comm_timeout_s=60";
+
+struct TrainRun {
+  int exit_code = -1;
+  std::string output, dir;
+  std::vector<nlohmann::json> metrics;
+};
+
+TrainRun train(const std::string& args, int nproc, const std::string& tag) {
+  TrainRun r;
+  r.dir = make_temp_dir(tag);
+  const std::string cmd = std::string(ZS_BINARY) + " train --nproc " + std::to_string(nproc) + kSmall +
+                          " --set run.dir=" + r.dir + " " + args;
+  r.exit_code = run_command(cmd, &r.output);
+  std::ifstream in(r.dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) r.metrics.push_back(nlohmann::json::parse(line));
+  return r;
+}
+
+std::vector<std::string> loss_texts(const TrainRun& r) {
+  std::vector<std::string> out;
+  for (const auto& m : r.metrics) out.push_back(m["loss"].dump() + " " + m["grad_norm"].dump());
+  return out;
+}
+
+}  // namespace
+
+class CliParity : public ::testing::TestWithParam<int> {};
+
+TEST_P(CliParity, FourStrategiesGiveBitwiseIdenticalLossesAndParameters) {
+  const int W = GetParam();
+  const std::string common = " --set train.steps=30 --set train.micro_batch_size=2 --set train.grad_accum=2"
+                             " --set train.clip_grad_norm=0.5 --set run.dump_final_shards=true";
+  std::vector<TrainRun> runs;
+  for (const std::string s : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
+    runs.push_back(train(common + " --set parallel.strategy=" + s, W, "parity_" + s));
+    ASSERT_EQ(runs.back().exit_code, 0) << s << ":\n" << runs.back().output;
+    ASSERT_EQ(runs.back().metrics.size(), 30u) << s;
+  }
+  const auto base = loss_texts(runs[0]);
+  EXPECT_LT(runs[0].metrics.back()["loss"].get<double>(), runs[0].metrics.front()["loss"].get<double>() - 0.5)
+      << "the loss must fall";
+  for (size_t k = 1; k < runs.size(); ++k) {
+    EXPECT_EQ(loss_texts(runs[k]), base) << "strategy " << k << " differs from no_shard";
+    for (int r = 0; r < W; ++r) {
+      const auto a = read_text(runs[0].dir + "/final_shard.rank" + std::to_string(r) + ".bin");
+      const auto b = read_text(runs[k].dir + "/final_shard.rank" + std::to_string(r) + ".bin");
+      EXPECT_FALSE(a.empty());
+      EXPECT_TRUE(a == b) << "final parameters of rank " << r << " differ (strategy " << k << ")";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CliParity, ::testing::Values(2, 3));
+
+TEST(Cli, WorldSizes124AgreeWithTheSameGlobalBatch) {
+  // Global batch 8 sequences: (micro_batch, accum) = (2, 4), (2, 2), (2, 1).
+  const std::string common = " --set train.steps=50 --set train.micro_batch_size=2 --set train.clip_grad_norm=1.0"
+                             " --set parallel.strategy=optim_grads_params";
+  TrainRun w1 = train(common + " --set train.grad_accum=4", 1, "w1");
+  TrainRun w2 = train(common + " --set train.grad_accum=2", 2, "w2");
+  TrainRun w4 = train(common + " --set train.grad_accum=1", 4, "w4");
+  for (const TrainRun* r : {&w1, &w2, &w4}) ASSERT_EQ(r->metrics.size(), 50u) << r->output;
+  double worst = 0;
+  for (size_t i = 0; i < 50; ++i) {
+    const double a = w1.metrics[i]["loss"].get<double>();
+    for (const TrainRun* r : {&w2, &w4}) {
+      const double rel = std::abs(r->metrics[i]["loss"].get<double>() - a) / std::abs(a);
+      worst = std::max(worst, rel);
+    }
+  }
+  EXPECT_LT(worst, 1e-4) << "largest relative loss difference across W = 1, 2, 4 over 50 steps";
+  EXPECT_LT(w1.metrics.back()["loss"].get<double>(), w1.metrics.front()["loss"].get<double>() - 0.5);
+}
+
+TEST(Cli, InitializationIsIdenticalForEveryWorldSizeAndStrategy) {
+  TrainRun a = train(" --set train.steps=1 --set run.dump_init=true --set parallel.strategy=no_shard", 1, "init1");
+  TrainRun b = train(" --set train.steps=1 --set run.dump_init=true --set parallel.strategy=optim_grads_params", 3, "init3");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const auto x = read_text(a.dir + "/init.safetensors"), y = read_text(b.dir + "/init.safetensors");
+  EXPECT_GT(x.size(), 1000u);
+  EXPECT_TRUE(x == y);
+}
+
+TEST(Cli, RankThatThrowsStopsTheJobWithItsMessage) {
+  double seconds = 0;
+  std::string out;
+  const auto dir = make_temp_dir("fail");
+  const int code = run_command(std::string(ZS_BINARY) + " train --nproc 3" + kSmall + " --set run.dir=" + dir +
+                                   " --set train.steps=50 --set debug.fail_rank=1 --set debug.fail_at_step=3",
+                               &out, &seconds);
+  EXPECT_NE(code, 0);
+  EXPECT_LT(seconds, 30.0) << out;
+  EXPECT_NE(out.find("rank 1 failed"), std::string::npos) << out;
+  EXPECT_NE(out.find("injected failure (debug.fail_at_step=3) on rank 1"), std::string::npos) << out;
+}
+
+TEST(Cli, BadConfigFailsBeforeAnyRankStarts) {
+  std::string out;
+  const int code = run_command(std::string(ZS_BINARY) + " train --nproc 2 --set train.stepz=5", &out);
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("did you mean 'train.steps'"), std::string::npos) << out;
+  EXPECT_EQ(out.find("[rank"), std::string::npos) << "no rank may have started: " << out;
+}
+
+TEST(Cli, JoinsAJobFromTheEnvironment) {
+  // Two processes started like torchrun/Slurm would, without --nproc.
+  const auto dir = make_temp_dir("env");
+  std::istringstream split(kSmall + " --set train.steps=3 --set run.dir=" + dir);
+  std::vector<std::string> args{"train"};
+  std::string tok;
+  while (split >> tok) args.push_back(tok);
+  auto results = run_ranks(ZS_BINARY, args, 2, 120);
+  EXPECT_EQ(results[0].exit_code, 0);
+  EXPECT_EQ(results[1].exit_code, 0);
+  std::ifstream in(dir + "/metrics.jsonl");
+  int lines = 0;
+  std::string line;
+  while (std::getline(in, line)) ++lines;
+  EXPECT_EQ(lines, 3);
+}

@@ -1,0 +1,88 @@
+#include "support/spawn.h"
+#include "train/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+using namespace zeroshard::train;
+
+namespace {
+std::string write_yaml(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Config, DefaultsAreTheDefaultJob) {
+  auto c = load_config("", {});
+  EXPECT_EQ(c.strategy, "optim_grads_params");
+  EXPECT_EQ(c.model_series, "llama");
+}
+
+TEST(Config, FileThenOverridesWithProvenance) {
+  const auto dir = zeroshard::testing::make_temp_dir("cfg");
+  const auto base = write_yaml(dir, "base.yaml", "train:\n  steps: 7\n  lr: 0.01\nmodel:\n  dim: 64\n");
+  const auto child = write_yaml(dir, "child.yaml", "base: base.yaml\ntrain:\n  steps: 9\n");
+  Provenance prov;
+  auto c = load_config(child, {"train.micro_batch_size=3"}, &prov);
+  EXPECT_EQ(c.steps, 9);
+  EXPECT_DOUBLE_EQ(c.lr, 0.01);
+  EXPECT_EQ(c.llama.dim, 64);
+  EXPECT_EQ(c.micro_batch_size, 3);
+  EXPECT_EQ(prov["train.steps"], child);
+  EXPECT_EQ(prov["train.lr"], base);
+  EXPECT_EQ(prov["train.micro_batch_size"], "--set");
+  EXPECT_EQ(prov["train.seed"], "default");
+}
+
+TEST(Config, UnknownKeyNamesTheClosestValidKey) {
+  const auto dir = zeroshard::testing::make_temp_dir("cfg");
+  const auto f = write_yaml(dir, "bad.yaml", "train:\n  stpes: 7\n");
+  const auto msg = error_of([&] { load_config(f, {}); });
+  EXPECT_NE(msg.find(f), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'train.stpes'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("did you mean 'train.steps'"), std::string::npos) << msg;
+  const auto msg2 = error_of([] { load_config("", {"parallel.zero_stag=3"}); });
+  EXPECT_NE(msg2.find("did you mean 'parallel.zero_stage'"), std::string::npos) << msg2;
+}
+
+TEST(Config, WrongTypesAndRangesNameKeyValueAndAllowed) {
+  auto msg = error_of([] { load_config("", {"train.steps=ten"}); });
+  EXPECT_NE(msg.find("train.steps"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'ten' is not an integer"), std::string::npos) << msg;
+  msg = error_of([] { load_config("", {"train.lr=-1"}); });
+  EXPECT_NE(msg.find("out of range"), std::string::npos) << msg;
+  msg = error_of([] { load_config("", {"parallel.strategy=fsdp"}); });
+  EXPECT_NE(msg.find("optim_grads_params"), std::string::npos) << msg;
+  msg = error_of([] { load_config("", {"run.progress=maybe"}); });
+  EXPECT_NE(msg.find("not a boolean"), std::string::npos) << msg;
+  msg = error_of([] { load_config("", {"train.steps"}); });
+  EXPECT_NE(msg.find("expected key=value"), std::string::npos) << msg;
+  msg = error_of([] { load_config("", {"train.seq_len=512", "model.max_seq_len=256"}); });
+  EXPECT_NE(msg.find("train.seq_len (512) exceeds model.max_seq_len (256)"), std::string::npos) << msg;
+  msg = error_of([] { load_config("/nonexistent/x.yaml", {}); });
+  EXPECT_NE(msg.find("/nonexistent/x.yaml"), std::string::npos) << msg;
+}
+
+TEST(Config, ZeroStageAliasAndItsConflicts) {
+  EXPECT_EQ(load_config("", {"parallel.zero_stage=2"}).strategy, "optim_grads");
+  EXPECT_EQ(load_config("", {"parallel.zero_stage=0"}).strategy, "no_shard");
+  // The same source giving both, differently, is an error...
+  auto msg = error_of([] { load_config("", {"parallel.strategy=optim", "parallel.zero_stage=3"}); });
+  EXPECT_NE(msg.find("contradicts"), std::string::npos) << msg;
+  // ...while --set overrides what a file says.
+  const auto dir = zeroshard::testing::make_temp_dir("cfg");
+  const auto f = write_yaml(dir, "s.yaml", "parallel:\n  strategy: optim\n");
+  EXPECT_EQ(load_config(f, {"parallel.zero_stage=3"}).strategy, "optim_grads_params");
+  EXPECT_EQ(load_config(f, {}).strategy, "optim");
+}
