@@ -14,6 +14,7 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -124,14 +125,16 @@ class ShardedModel {
   void gather(Unit& unit);
   void release(Unit& unit);
   void reduce_unit_grads(Unit& unit);
-  void drain_pending_reductions();
+  // Finishes reductions (oldest first) until at most max_in_flight remain; completed ones
+  // are always finished, so each unit's transient full gradient is freed early.
+  void drain_pending_reductions(size_t max_in_flight = 0);
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Communicator> comm_;
   ShardOptions options_;
   std::vector<std::unique_ptr<Unit>> units_;
   struct PendingReduce;
-  std::vector<std::unique_ptr<PendingReduce>> pending_;
+  std::deque<std::unique_ptr<PendingReduce>> pending_;
   int micro_batches_ = 0;
   int64_t gathered_bytes_ = 0;
   int64_t gathered_peak_ = 0;

@@ -1,18 +1,13 @@
 #include "data/sampler.h"
 
+#include "util/hash.h"
+
 #include <stdexcept>
 #include <string>
 
 namespace zeroshard::data {
 
-namespace {
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-}  // namespace
+using util::splitmix64;
 
 DistributedWindowSampler::DistributedWindowSampler(std::vector<uint8_t> corpus, SamplerOptions options, int rank,
                                                    int world_size)

@@ -1,21 +1,14 @@
 #include "nn/init.h"
 
+#include "util/hash.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 namespace zeroshard::nn {
 
 at::Generator generator_for(uint64_t seed, const std::string& name) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : name) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  uint64_t z = h ^ (seed + 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  z ^= z >> 31;
-  return at::make_generator<at::CPUGeneratorImpl>(z);
+  return at::make_generator<at::CPUGeneratorImpl>(util::splitmix64(util::fnv1a64(name) ^ seed));
 }
 
 void init_normal(at::Tensor param, uint64_t seed, const std::string& name, double std) {

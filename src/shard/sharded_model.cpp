@@ -17,6 +17,10 @@
 
 namespace zeroshard {
 
+namespace {
+constexpr size_t kMaxReductionsInFlight = 2;
+}
+
 struct ShardedModel::PendingReduce {
   Unit* unit;
   at::Tensor local_full;  // this rank's unreduced gradient (transient)
@@ -192,10 +196,13 @@ void ShardedModel::reduce_unit_grads(Unit& unit) {
   pending->reduced = at::empty({L.shard_size}, at::kFloat);
   pending->work = comm_->reduce_scatter_async(pending->local_full, pending->reduced);
   pending_.push_back(std::move(pending));
+  // Bound the unreduced full gradients alive at once (they are what sharding saves).
+  drain_pending_reductions(kMaxReductionsInFlight);
 }
 
-void ShardedModel::drain_pending_reductions() {
-  for (auto& p : pending_) {
+void ShardedModel::drain_pending_reductions(size_t max_in_flight) {
+  while (!pending_.empty() && (pending_.size() > max_in_flight || pending_.front()->work->completed())) {
+    auto& p = pending_.front();
     p->work->wait();
     Unit& u = *p->unit;
     if (u.grad_has_data) {
@@ -204,8 +211,8 @@ void ShardedModel::drain_pending_reductions() {
       u.grad_shard.copy_(p->reduced);
       u.grad_has_data = true;
     }
+    pending_.pop_front();
   }
-  pending_.clear();
 }
 
 void ShardedModel::backward(const at::Tensor& loss) {

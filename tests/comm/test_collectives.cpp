@@ -7,6 +7,15 @@
 
 using namespace zeroshard::testing;
 
+namespace {
+// The worker's report of a failed collective: the message, then the seconds it took.
+void read_error(const std::string& path, std::string* msg, double* seconds) {
+  std::ifstream in(path);
+  std::getline(in, *msg);
+  in >> *seconds;
+}
+}  // namespace
+
 class Collectives : public ::testing::TestWithParam<int> {};
 
 TEST_P(Collectives, MatchClosedFormAtUnevenSizes) {
@@ -26,11 +35,9 @@ TEST(CommFailures, StalledPeerTimesOutNamingOperationRankAndPeer) {
   const std::string dir = make_temp_dir("stall");
   auto results = run_ranks(ZS_WORKER, {"stall", dir}, 2, 60);
   ASSERT_EQ(results[0].exit_code, 0);
-  std::ifstream in(dir + "/error.txt");
   std::string msg;
   double seconds = 0;
-  std::getline(in, msg);
-  in >> seconds;
+  read_error(dir + "/error.txt", &msg, &seconds);
   EXPECT_NE(msg.find("all_gather"), std::string::npos) << msg;
   EXPECT_NE(msg.find("rank 0 of 2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
@@ -43,11 +50,9 @@ TEST(CommFailures, DeadPeerFailsFastInsteadOfHanging) {
   auto results = run_ranks(ZS_WORKER, {"die", dir}, 3, 90);
   EXPECT_EQ(results[1].exit_code, 7);
   ASSERT_EQ(results[0].exit_code, 0) << "rank 0 must catch a CommError";
-  std::ifstream in(dir + "/error.rank0.txt");
   std::string msg;
   double seconds = 0;
-  std::getline(in, msg);
-  in >> seconds;
+  read_error(dir + "/error.rank0.txt", &msg, &seconds);
   EXPECT_NE(msg.find("all_reduce"), std::string::npos) << msg;
   EXPECT_NE(msg.find("rank 0 of 3"), std::string::npos) << msg;
   EXPECT_LT(seconds, 30.0) << "a dead peer must be noticed well before the 60 s timeout: " << msg;
