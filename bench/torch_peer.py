@@ -445,7 +445,12 @@ def main():
     try:
         if "RANK" in os.environ:
             run_rank(args)
-            return 0
+            # torch 1.13's gloo threads can abort interpreter teardown ("terminate called
+            # without an active exception") after ZeroRedundancyOptimizer runs; the results are
+            # written and the group destroyed, so leave without the teardown.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         return launch(args)
     except InputError as e:
         print(f"torch_peer: error: {e}", file=sys.stderr)

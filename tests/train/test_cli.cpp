@@ -141,3 +141,10 @@ TEST(Cli, JoinsAJobFromTheEnvironment) {
   while (std::getline(in, line)) ++lines;
   EXPECT_EQ(lines, 3);
 }
+
+TEST(Examples, CustomModelLearnsAloneAndAsThreeRanks) {
+  std::string out;
+  EXPECT_EQ(run_command(ZS_EXAMPLE, &out), 0) << out;
+  auto results = run_ranks(ZS_EXAMPLE, {}, 3, 180);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(results[r].exit_code, 0) << "rank " << r;
+}
