@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -25,12 +26,11 @@ struct Key {
   std::string allowed;  // human-readable range
 };
 
-template <typename T>
-std::string to_text(const T& v) {
-  std::ostringstream ss;
-  ss.precision(17);
-  ss << v;
-  return ss.str();
+// Shortest text that parses back to the same double.
+std::string to_text(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
 }
 
 std::vector<Key> registry(TrainConfig& c) {
@@ -90,7 +90,7 @@ std::vector<Key> registry(TrainConfig& c) {
     keys.push_back({name, "string",
                     [=](const std::string& v) {
                       if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end()) {
-                        throw std::invalid_argument("'" + v + "' is not " + allowed);
+                        throw std::invalid_argument("'" + v + "' is not allowed");
                       }
                       *p = v;
                     },
@@ -122,7 +122,11 @@ std::vector<Key> registry(TrainConfig& c) {
   add_float("train.clip_grad_norm", &c.clip_grad_norm, 0.0, 1e12);
   add_int("train.seed", &c.seed, 0, std::numeric_limits<int64_t>::max());
   add_int("train.log_every", &c.log_every, 1, big);
-  add_string("parallel.strategy", &c.strategy, {"no_shard", "optim", "optim_grads", "optim_grads_params"});
+  keys.push_back({"parallel.strategy", "string",
+                  // parse_strategy accepts the zero-stage aliases and lists the valid names.
+                  [&c](const std::string& v) { c.strategy = strategy_name(parse_strategy(v)); },
+                  [&c] { return c.strategy; },
+                  "no_shard, optim, optim_grads, optim_grads_params, or a zero stage 0-3"});
   add_int("parallel.zero_stage", &c.zero_stage, 0, 3);
   add_float("parallel.comm_timeout_s", &c.comm_timeout_s, 1.0, 86400.0);
   add_int("parallel.threads", &c.threads, 0, 1024);
