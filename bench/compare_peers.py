@@ -81,9 +81,7 @@ def main():
     # Round-robin repeats: the machine is shared, so every configuration gets the same share of
     # quiet and busy periods; each row reports the median over repeats of the run medians.
     runs = {}
-    peers_out = os.path.join(out, "torch_peers.jsonl")
-    if os.path.exists(peers_out):
-        os.remove(peers_out)
+    peers_out = os.path.join(out, "torch_peers.jsonl")  # one file per repetition: .rep<k>
     env = dict(os.environ)
     if not args.peer_default_malloc:
         env["GLIBC_TUNABLES"] = SAME_MALLOC

@@ -105,15 +105,12 @@ int main(int argc, char** argv) {
   try {
     if (train->parsed()) return cmd_train(config_path, overrides, nproc);
     if (show->parsed()) return cmd_config_show(show_path, show_overrides);
-  } catch (const zeroshard::CommError& e) {
-    std::fprintf(stderr, "zeroshard: error%s: %s\n", who.c_str(), e.what());
-    return zeroshard::kExitPeerLost;
-  } catch (const c10::Error& e) {  // libtorch errors: the message without the C++ backtrace
-    std::fprintf(stderr, "zeroshard: error%s: %s\n", who.c_str(), e.what_without_backtrace());
-    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "zeroshard: error%s: %s\n", who.c_str(), e.what());
-    return 1;
+    // libtorch errors print without their C++ backtrace; a rank that only lost a peer exits
+    // with kExitPeerLost so the launcher blames the rank that failed first.
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    std::fprintf(stderr, "zeroshard: error%s: %s\n", who.c_str(), c10_error ? c10_error->what_without_backtrace() : e.what());
+    return dynamic_cast<const zeroshard::CommError*>(&e) ? zeroshard::kExitPeerLost : 1;
   }
   return 0;
 }

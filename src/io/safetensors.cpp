@@ -84,6 +84,21 @@ void SafetensorsWriter::finish() {
   finished_ = true;
 }
 
+void write_full_parameters(ShardedModel& model, const std::string& path) {
+  std::vector<TensorEntry> entries;
+  std::vector<at::Tensor> tensors;
+  const bool writer = model.comm().rank() == 0;
+  model.for_each_full_parameter([&](const std::string& name, const at::Tensor& t) {
+    if (!writer) return;
+    entries.push_back({name, t.scalar_type(), t.sizes().vec()});
+    tensors.push_back(t.clone());
+  });
+  if (!writer) return;
+  SafetensorsWriter w(path, entries, {{"format", "pt"}, {"producer", "zeroshard"}});
+  for (size_t i = 0; i < entries.size(); ++i) w.write(entries[i].name, tensors[i]);
+  w.finish();
+}
+
 std::vector<TensorEntry> read_safetensors_header(const std::string& path, uint64_t* data_start) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open safetensors file '" + path + "'");

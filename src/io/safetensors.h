@@ -3,6 +3,8 @@
 // little-endian tensor bytes (offsets relative to the data section).
 #pragma once
 
+#include "zeroshard/shard.h"
+
 #include <ATen/ATen.h>
 
 #include <cstdint>
@@ -40,6 +42,10 @@ class SafetensorsWriter {
   std::ofstream out_;
   bool finished_ = false;
 };
+
+// Writes every parameter of a sharded model, gathered one unit at a time, to one file
+// (written by rank 0). A collective: every rank must call it.
+void write_full_parameters(ShardedModel& model, const std::string& path);
 
 // Reads the header; throws naming the file when it is malformed or offsets are inconsistent.
 std::vector<TensorEntry> read_safetensors_header(const std::string& path, uint64_t* data_start = nullptr);

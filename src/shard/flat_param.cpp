@@ -59,14 +59,18 @@ void FlatParam::free_full() {
 }
 
 void FlatParam::take_grads_into(const at::Tensor& flat) {
-  flat.zero_();
+  // Every element is written exactly once: a gradient, or zero (no gradient, padding).
   for (auto& s : slots_) {
     at::Tensor& g = s.param.mutable_grad();
+    at::Tensor dst = flat.narrow(0, s.offset, s.numel);
     if (g.defined()) {
-      flat.narrow(0, s.offset, s.numel).copy_(g.reshape({-1}));
+      dst.copy_(g.reshape({-1}));
       g.reset();
+    } else {
+      dst.zero_();
     }
   }
+  flat.narrow(0, layout_.numel, layout_.padded - layout_.numel).zero_();
 }
 
 }  // namespace zeroshard

@@ -53,21 +53,6 @@ double sum_over_ranks(Communicator& comm, double mine) {
   return total;
 }
 
-void write_init_safetensors(const std::string& path, torch::nn::Module& model) {
-  std::vector<io::TensorEntry> entries;
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& item : model.named_parameters(true)) {
-    bool dup = false;
-    for (const auto& t : tensors) dup = dup || t.second.unsafeGetTensorImpl() == item.value().unsafeGetTensorImpl();
-    if (dup) continue;
-    entries.push_back({item.key(), at::kFloat, item.value().sizes().vec()});
-    tensors.emplace_back(item.key(), item.value());
-  }
-  io::SafetensorsWriter w(path, entries, {{"format", "pt"}, {"producer", "zeroshard"}});
-  for (const auto& t : tensors) w.write(t.first, t.second.detach());
-  w.finish();
-}
-
 std::string human_count(double x) {
   char buf[32];
   if (x >= 1e6) std::snprintf(buf, sizeof(buf), "%.2fM", x / 1e6);
@@ -103,10 +88,10 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
   // Model: built whole, initialized from (seed, name), then sharded.
   auto model = models::Llama(cfg.llama);
   model->reset_parameters(static_cast<uint64_t>(cfg.seed));
-  if (cfg.dump_init && rank == 0) write_init_safetensors(run_dir + "/init.safetensors", *model);
   ShardOptions shard_options;
   shard_options.strategy = parse_strategy(cfg.strategy);
   auto sharded = fully_shard(model.ptr(), comm, shard_options);
+  if (cfg.dump_init) io::write_full_parameters(*sharded, run_dir + "/init.safetensors");
   AdamWOptions adam;
   adam.lr = cfg.lr;
   adam.beta1 = cfg.beta1;

@@ -176,19 +176,8 @@ int scenario_toy(const std::string& out, const std::string& strategy) {
     for (const auto& t : sharded->local_shards()) f.write(static_cast<const char*>(t.data_ptr()), t.nbytes());
   }
   std::ofstream(out + "/losses.rank" + std::to_string(r) + ".txt") << losses.str();
-  // Full parameters, gathered unit by unit (a collective).
-  std::vector<std::pair<std::string, at::Tensor>> full;
-  sharded->for_each_full_parameter([&](const std::string& name, const at::Tensor& t) { full.emplace_back(name, t.clone()); });
-  if (r == 0) {
-    std::ofstream(out + "/norms.txt") << norms.str();
-    std::vector<io::TensorEntry> entries;
-    for (auto& [n, t] : full) entries.push_back({n, at::kFloat, t.sizes().vec()});
-    io::SafetensorsWriter w(out + "/params.safetensors", entries);
-    for (auto& [n, t] : full) w.write(n, t);
-    w.finish();
-  }
-  const MemoryStats m = sharded->memory();
-  CHECK_W(m.num_params > 0, "memory stats");
+  io::write_full_parameters(*sharded, out + "/params.safetensors");  // a collective
+  if (r == 0) std::ofstream(out + "/norms.txt") << norms.str();
   return g_failures ? 3 : 0;
 }
 
