@@ -44,11 +44,53 @@ inline bool shards_optim(Strategy s) { return s != Strategy::NoShard; }
 using WrapPolicy = std::function<bool(const std::string& qualified_name, const torch::nn::Module& module)>;
 WrapPolicy wrap_every_hookable();  // the default
 
+// A parameter as the engine lays it out: name (the first qualified name of a tied parameter),
+// full shape, and its place in its unit's flat buffer.
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // into the flat buffer, in elements
+  int64_t numel = 0;
+};
+
+// Where parameter values come from while fully_shard builds the shards. Each rank asks only
+// for the elements it keeps, one parameter range at a time, so a model built inside
+// nn::DeferredInit never exists whole on one rank (seeded init, a safetensors file, a
+// checkpoint written at any world size).
+class ParamSource {
+ public:
+  virtual ~ParamSource() = default;
+  // Called once with every parameter before any read: throw naming the parameter (and the
+  // file) when one is missing, has another shape, or when the source holds extra tensors.
+  virtual void check(const std::vector<ParamInfo>& params) { (void)params; }
+  // Writes elements [begin, end) of the row-major flattening of `param` into `out`, a
+  // contiguous float32 tensor of end - begin elements.
+  virtual void read(const ParamInfo& param, int64_t begin, int64_t end, at::Tensor out) = 0;
+};
+
+// A source that computes each whole parameter with fn(name, tensor) (e.g. seeded init) and
+// keeps the requested range: memory is one parameter at a time.
+std::shared_ptr<ParamSource> param_source_from_init(std::function<void(const std::string&, at::Tensor&)> fn);
+
 struct ShardOptions {
   ShardOptions() = default;
   ShardOptions(Strategy s) : strategy(s) {}  // NOLINT: implicit, so {Strategy::Optim} reads naturally
   Strategy strategy = Strategy::OptimGradsParams;
   WrapPolicy wrap_policy;  // empty: wrap_every_hookable()
+  // Values for every parameter; required when the model was built inside nn::DeferredInit.
+  // Empty: the module's current parameter values (rank r's values of its own shard win).
+  std::shared_ptr<ParamSource> param_source;
+};
+
+// One unit's flat buffer of one kind, as laid out at this world size.
+struct FlatBufferInfo {
+  std::string unit;    // qualified module name; "<root>" for the root remainder
+  bool trainable = true;
+  int64_t numel = 0;   // real elements
+  int64_t padded = 0;  // numel rounded up to a multiple of the world size
+  int64_t shard_size = 0;
+  std::vector<ParamInfo> params;
+  std::string key() const { return unit + (trainable ? "/trainable" : "/frozen"); }
 };
 
 // Per-rank bytes of model state (fp32), as the ZeRO paper counts them.
@@ -109,6 +151,8 @@ class ShardedModel {
   // This rank's slices of every flat buffer (fp32 master values), unit by unit, trainable
   // then frozen: identical bits under every strategy at the same world size.
   std::vector<at::Tensor> local_shards() const;
+  // The layout of those buffers, in the same order.
+  std::vector<FlatBufferInfo> flat_buffers() const;
 
   // Runs fn(name, full tensor) for every parameter, gathering one unit at a time.
   // A collective: every rank must call it.

@@ -1,4 +1,5 @@
 // The `zeroshard` command line.
+#include "checkpoint/checkpoint.h"
 #include "train/config.h"
 #include "train/trainer.h"
 #include "zeroshard/comm.h"
@@ -74,6 +75,20 @@ int cmd_config_show(const std::string& config_path, const std::vector<std::strin
   return 0;
 }
 
+int cmd_export(const std::string& from, const std::string& out, const std::string& dtype, const std::string& state) {
+  const std::string dir = zeroshard::ckpt::resolve_checkpoint(from);
+  zeroshard::ckpt::export_safetensors(dir, out, dtype == "bf16" ? at::kBFloat16 : at::kFloat, state);
+  std::printf("exported %s (%s, %s) to %s\n", dir.c_str(), state.c_str(), dtype.c_str(), out.c_str());
+  return 0;
+}
+
+int cmd_inspect(const std::string& path, bool brief) {
+  std::string text;
+  const bool ok = zeroshard::ckpt::describe(zeroshard::ckpt::resolve_checkpoint(path), &text, !brief);
+  std::fputs(text.c_str(), stdout);
+  return ok ? 0 : 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,6 +105,24 @@ int main(int argc, char** argv) {
   train->add_option("--set", overrides, "Override a config key: --set train.steps=100 (repeatable)");
   train->add_option("--nproc", nproc, "Start this many local ranks (joins an existing job when RANK is set)")
       ->check(CLI::Range(1, 1024));
+  std::string resume;
+  train->add_option("--resume", resume,
+                    "Continue from a checkpoint: its folder, a checkpoints folder or a run folder (uses `latest`); "
+                    "same as --set train.resume=PATH");
+
+  auto* exp = app.add_subcommand("export", "Write a checkpoint's weights as one safetensors file (streamed, no ranks)");
+  std::string export_from, export_out, export_dtype = "fp32", export_state = "param";
+  exp->add_option("checkpoint", export_from, "A checkpoint folder, checkpoints folder or run folder")->required();
+  exp->add_option("output", export_out, "The .safetensors file to write")->required();
+  exp->add_option("--dtype", export_dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  exp->add_option("--state", export_state, "param (the weights), exp_avg or exp_avg_sq (AdamW moments)")
+      ->check(CLI::IsMember({"param", "exp_avg", "exp_avg_sq"}));
+
+  auto* inspect = app.add_subcommand("inspect", "Print what a checkpoint holds and verify its files' sizes and CRC-32");
+  std::string inspect_path;
+  bool inspect_brief = false;
+  inspect->add_option("checkpoint", inspect_path, "A checkpoint folder, checkpoints folder or run folder")->required();
+  inspect->add_flag("--brief", inspect_brief, "Omit the tensor list");
 
   auto* config = app.add_subcommand("config", "Inspect configurations");
   auto* show = config->add_subcommand("show", "Print the fully resolved config and where each value came from");
@@ -103,7 +136,12 @@ int main(int argc, char** argv) {
   const char* rank_env = std::getenv("RANK");
   const std::string who = rank_env ? std::string(" (rank ") + rank_env + ")" : std::string();
   try {
-    if (train->parsed()) return cmd_train(config_path, overrides, nproc);
+    if (train->parsed()) {
+      if (!resume.empty()) overrides.push_back("train.resume=" + resume);
+      return cmd_train(config_path, overrides, nproc);
+    }
+    if (exp->parsed()) return cmd_export(export_from, export_out, export_dtype, export_state);
+    if (inspect->parsed()) return cmd_inspect(inspect_path, inspect_brief);
     if (show->parsed()) return cmd_config_show(show_path, show_overrides);
   } catch (const std::exception& e) {
     // libtorch errors print without their C++ backtrace; a rank that only lost a peer exits

@@ -2,11 +2,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cstdio>
-#include <filesystem>
+#include <algorithm>
 #include <stdexcept>
 
 namespace zeroshard::io {
+
+int64_t TensorEntry::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
 
 std::string safetensors_dtype(at::ScalarType t) {
   switch (t) {
@@ -32,96 +37,80 @@ static at::ScalarType parse_dtype(const std::string& s, const std::string& file,
   throw std::runtime_error(file + ": tensor '" + name + "' has unsupported dtype '" + s + "'");
 }
 
+static std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorEntry> entries,
                                      std::map<std::string, std::string> metadata)
-    : path_(std::move(path)), tmp_path_(path_ + ".tmp"), entries_(std::move(entries)) {
+    : entries_(std::move(entries)), file_(std::move(path)) {
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
   for (auto& e : entries_) {
-    int64_t numel = 1;
-    for (int64_t d : e.shape) numel *= d;
     e.begin = offset;
-    e.end = offset + static_cast<uint64_t>(numel) * c10::elementSize(e.dtype);
+    e.end = offset + static_cast<uint64_t>(e.numel()) * c10::elementSize(e.dtype);
     offset = e.end;
     header[e.name] = {{"dtype", safetensors_dtype(e.dtype)}, {"shape", e.shape}, {"data_offsets", {e.begin, e.end}}};
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text = header.dump();
   while (text.size() % 8 != 0) text.push_back(' ');  // keep the data section 8-byte aligned
-  out_.open(tmp_path_, std::ios::binary | std::ios::trunc);
-  if (!out_) throw std::runtime_error("cannot create '" + tmp_path_ + "'");
-  uint64_t n = text.size();
+  const uint64_t n = text.size();
   unsigned char le[8];
   for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xff);
-  out_.write(reinterpret_cast<const char*>(le), 8);
-  out_.write(text.data(), static_cast<std::streamsize>(text.size()));
-}
-
-SafetensorsWriter::~SafetensorsWriter() {
-  if (!finished_) {
-    out_.close();
-    std::remove(tmp_path_.c_str());
-  }
+  file_.write(le, 8);
+  file_.write(text.data(), text.size());
+  data_start_ = 8 + n;
 }
 
 void SafetensorsWriter::write(const std::string& name, const at::Tensor& t) {
   if (next_ >= entries_.size()) throw std::logic_error("safetensors: more tensors than declared ('" + name + "')");
   const TensorEntry& e = entries_[next_];
-  if (e.name != name || t.sizes().vec() != e.shape || t.scalar_type() != e.dtype) {
-    throw std::logic_error("safetensors: tensor '" + name + "' does not match the declared entry '" + e.name + "'");
+  if (e.name != name || t.sizes().vec() != e.shape) {
+    throw std::logic_error("safetensors: tensor '" + name + "' " + shape_text(t.sizes().vec()) +
+                           " does not match the declared entry '" + e.name + "' " + shape_text(e.shape));
   }
-  at::Tensor c = t.contiguous();
-  out_.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+  at::Tensor c = t.to(e.dtype).contiguous();
+  file_.write(c.data_ptr(), c.nbytes());
   ++next_;
 }
 
 void SafetensorsWriter::finish() {
   if (next_ != entries_.size()) throw std::logic_error("safetensors: not every declared tensor was written");
-  out_.flush();
-  if (!out_) throw std::runtime_error("write to '" + tmp_path_ + "' failed");
-  out_.close();
-  std::filesystem::rename(tmp_path_, path_);
-  finished_ = true;
+  file_.commit();
 }
 
-void write_full_parameters(ShardedModel& model, const std::string& path) {
-  std::vector<TensorEntry> entries;
-  std::vector<at::Tensor> tensors;
-  const bool writer = model.comm().rank() == 0;
-  model.for_each_full_parameter([&](const std::string& name, const at::Tensor& t) {
-    if (!writer) return;
-    entries.push_back({name, t.scalar_type(), t.sizes().vec()});
-    tensors.push_back(t.clone());
-  });
-  if (!writer) return;
-  SafetensorsWriter w(path, entries, {{"format", "pt"}, {"producer", "zeroshard"}});
-  for (size_t i = 0; i < entries.size(); ++i) w.write(entries[i].name, tensors[i]);
-  w.finish();
-}
-
-std::vector<TensorEntry> read_safetensors_header(const std::string& path, uint64_t* data_start) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open safetensors file '" + path + "'");
-  const auto file_size = std::filesystem::file_size(path);
+SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
+  const uint64_t file_size = file_.size();
+  if (file_size < 8) throw std::runtime_error(path + ": shorter than the 8-byte header length (truncated?)");
   unsigned char le[8];
-  if (!in.read(reinterpret_cast<char*>(le), 8)) throw std::runtime_error(path + ": shorter than the 8-byte header length");
+  file_.read_at(0, le, 8);
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(le[i]) << (8 * i);
   if (n > file_size - 8 || n > (100u << 20)) {
-    throw std::runtime_error(path + ": header length " + std::to_string(n) + " exceeds the file size");
+    throw std::runtime_error(path + ": header length " + std::to_string(n) + " exceeds the file size " +
+                             std::to_string(file_size) + " (not a safetensors file, or truncated)");
   }
   std::string text(n, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(n));
+  file_.read_at(8, text.data(), n);
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
   } catch (const std::exception& e) {
     throw std::runtime_error(path + ": header is not valid JSON: " + e.what());
   }
-  const uint64_t data_size = file_size - 8 - n;
-  std::vector<TensorEntry> out;
+  if (!header.is_object()) throw std::runtime_error(path + ": header is not a JSON object");
+  data_start_ = 8 + n;
+  const uint64_t data_size = file_size - data_start_;
   for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") continue;
+    if (it.key() == "__metadata__") {
+      for (auto m = it.value().begin(); m != it.value().end(); ++m) {
+        if (m.value().is_string()) metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
     TensorEntry e;
     e.name = it.key();
     try {
@@ -131,8 +120,8 @@ std::vector<TensorEntry> read_safetensors_header(const std::string& path, uint64
       if (off.size() != 2) throw std::runtime_error("data_offsets must have two entries");
       e.begin = off[0];
       e.end = off[1];
-    } catch (const nlohmann::json::exception& ex) {
-      throw std::runtime_error(path + ": tensor '" + e.name + "': malformed entry: " + ex.what());
+    } catch (const std::exception& ex) {
+      throw std::runtime_error(path + ": tensor '" + e.name + "': malformed header entry: " + ex.what());
     }
     uint64_t numel = 1;
     for (int64_t d : e.shape) {
@@ -141,28 +130,127 @@ std::vector<TensorEntry> read_safetensors_header(const std::string& path, uint64
     }
     if (e.end < e.begin || e.end - e.begin != numel * c10::elementSize(e.dtype) || e.end > data_size) {
       throw std::runtime_error(path + ": tensor '" + e.name + "': data_offsets [" + std::to_string(e.begin) + ", " +
-                               std::to_string(e.end) + ") do not match its shape and dtype or lie past the end of the " +
-                               std::to_string(data_size) + "-byte data section");
+                               std::to_string(e.end) + ") do not match its shape " + shape_text(e.shape) + " and dtype " +
+                               safetensors_dtype(e.dtype) + " or lie past the end of the " + std::to_string(data_size) +
+                               "-byte data section");
     }
-    out.push_back(std::move(e));
+    entries_.push_back(std::move(e));
   }
-  if (data_start) *data_start = 8 + n;
-  return out;
+  // The data section is indexed exactly: sorted by offset, no overlaps, no holes.
+  std::vector<const TensorEntry*> by_offset;
+  for (const auto& e : entries_) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+  uint64_t expect = 0;
+  const TensorEntry* prev = nullptr;
+  for (const TensorEntry* e : by_offset) {
+    if (e->begin != expect) {
+      throw std::runtime_error(path + ": tensor '" + e->name + "' starts at data offset " + std::to_string(e->begin) +
+                               " but " + (prev ? "'" + prev->name + "' ends" : std::string("the data section starts")) +
+                               " at " + std::to_string(expect) + (e->begin < expect ? " (overlap)" : " (hole)"));
+    }
+    expect = e->end;
+    prev = e;
+  }
+  if (expect != data_size) {
+    throw std::runtime_error(path + ": the tensors cover " + std::to_string(expect) + " bytes but the data section has " +
+                             std::to_string(data_size));
+  }
+  for (size_t i = 0; i < entries_.size(); ++i) index_[entries_[i].name] = i;
 }
 
-at::Tensor read_safetensors_tensor(const std::string& path, const std::string& name) {
-  uint64_t start = 0;
-  for (const auto& e : read_safetensors_header(path, &start)) {
-    if (e.name != name) continue;
-    at::Tensor t = at::empty(e.shape, e.dtype);
-    std::ifstream in(path, std::ios::binary);
-    in.seekg(static_cast<std::streamoff>(start + e.begin));
-    if (!in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin))) {
-      throw std::runtime_error(path + ": tensor '" + name + "': short read");
-    }
-    return t;
+const TensorEntry* SafetensorsFile::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+void SafetensorsFile::read_range(const TensorEntry& e, int64_t begin, int64_t end, at::Tensor out) const {
+  TORCH_CHECK(begin >= 0 && begin <= end && end <= e.numel(), "read_range: [", begin, ", ", end, ") outside tensor '",
+              e.name, "'");
+  TORCH_CHECK(out.is_contiguous() && out.scalar_type() == at::kFloat && out.numel() == end - begin,
+              "read_range: out must be contiguous float32 of ", end - begin, " elements");
+  const size_t es = c10::elementSize(e.dtype);
+  const uint64_t offset = data_start_ + e.begin + static_cast<uint64_t>(begin) * es;
+  if (e.dtype == at::kFloat) {
+    file_.read_at(offset, out.data_ptr(), static_cast<uint64_t>(end - begin) * es);
+  } else {
+    at::Tensor raw = at::empty({end - begin}, e.dtype);
+    file_.read_at(offset, raw.data_ptr(), static_cast<uint64_t>(end - begin) * es);
+    out.copy_(raw);
   }
-  throw std::runtime_error(path + ": no tensor named '" + name + "'");
+}
+
+at::Tensor SafetensorsFile::read(const std::string& name) const {
+  const TensorEntry* e = find(name);
+  if (e == nullptr) throw std::runtime_error(path() + ": no tensor named '" + name + "'");
+  at::Tensor t = at::empty(e->shape, e->dtype);
+  file_.read_at(data_start_ + e->begin, t.data_ptr(), e->end - e->begin);
+  return t;
+}
+
+namespace {
+
+class SafetensorsSource : public ParamSource {
+ public:
+  explicit SafetensorsSource(const std::string& path) : file_(path) {}
+
+  void check(const std::vector<ParamInfo>& params) override {
+    std::map<std::string, bool> wanted;
+    for (const auto& p : params) {
+      wanted[p.name] = true;
+      const TensorEntry* e = file_.find(p.name);
+      if (e == nullptr) {
+        throw std::runtime_error(file_.path() + ": has no tensor '" + p.name + "' (the model's parameter, shape " +
+                                 shape_text(p.shape) + "); the file holds " + std::to_string(file_.entries().size()) +
+                                 " tensors" + (file_.entries().empty() ? "" : ", e.g. '" + file_.entries()[0].name + "'"));
+      }
+      if (e->shape != p.shape) {
+        throw std::runtime_error(file_.path() + ": tensor '" + p.name + "' has shape " + shape_text(e->shape) +
+                                 " but the model expects " + shape_text(p.shape));
+      }
+      if (e->dtype != at::kFloat && e->dtype != at::kBFloat16 && e->dtype != at::kHalf && e->dtype != at::kDouble) {
+        throw std::runtime_error(file_.path() + ": tensor '" + p.name + "' has dtype " + safetensors_dtype(e->dtype) +
+                                 "; parameters load from F32, BF16, F16 or F64");
+      }
+    }
+    for (const auto& e : file_.entries()) {
+      if (!wanted.count(e.name)) {
+        throw std::runtime_error(file_.path() + ": tensor '" + e.name +
+                                 "' is not a parameter of this model (wrong model config, or a file for another model)");
+      }
+    }
+  }
+
+  void read(const ParamInfo& param, int64_t begin, int64_t end, at::Tensor out) override {
+    const TensorEntry* e = file_.find(param.name);
+    if (e == nullptr) throw std::runtime_error(file_.path() + ": has no tensor '" + param.name + "'");
+    file_.read_range(*e, begin, end, out);
+  }
+
+ private:
+  SafetensorsFile file_;
+};
+
+}  // namespace
+
+std::shared_ptr<ParamSource> safetensors_param_source(const std::string& path) {
+  return std::make_shared<SafetensorsSource>(path);
+}
+
+void write_full_parameters(ShardedModel& model, const std::string& path, at::ScalarType dtype) {
+  const bool writer_rank = model.comm().rank() == 0;
+  std::unique_ptr<SafetensorsWriter> writer;
+  if (writer_rank) {
+    std::vector<TensorEntry> entries;
+    for (const auto& buffer : model.flat_buffers()) {
+      for (const auto& p : buffer.params) entries.push_back({p.name, dtype, p.shape});
+    }
+    writer = std::make_unique<SafetensorsWriter>(path, entries,
+                                                 std::map<std::string, std::string>{{"format", "pt"}, {"producer", "zeroshard"}});
+  }
+  model.for_each_full_parameter([&](const std::string& name, const at::Tensor& t) {
+    if (writer) writer->write(name, t);
+  });
+  if (writer) writer->finish();
 }
 
 }  // namespace zeroshard::io

@@ -1,15 +1,16 @@
 // The safetensors format: 8-byte little-endian header length N, N bytes of JSON
 // {name: {dtype, shape, data_offsets: [begin, end)}, "__metadata__": {...}}, then the raw
-// little-endian tensor bytes (offsets relative to the data section).
+// little-endian tensor bytes (offsets relative to the data section, no holes, no overlaps).
 #pragma once
 
+#include "io/file.h"
 #include "zeroshard/shard.h"
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
-#include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,35 +21,62 @@ struct TensorEntry {
   at::ScalarType dtype = at::kFloat;
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0;  // data_offsets
+  int64_t numel() const;
 };
 
 std::string safetensors_dtype(at::ScalarType t);
 
-// Streams tensors into a file whose header is known up front; written under a temporary
-// name and renamed into place by finish(), so a crash never leaves a partial file at path.
+// Streams tensors into a file whose header is known up front; written atomically (see
+// AtomicFileWriter), so a crash never leaves a partial file at path.
 class SafetensorsWriter {
  public:
   SafetensorsWriter(std::string path, std::vector<TensorEntry> entries,
                     std::map<std::string, std::string> metadata = {});
-  ~SafetensorsWriter();
-  // Tensors must come in the order of `entries`, with matching shape and dtype.
+  // Tensors must come in the order of `entries`, with matching shape (any dtype: converted).
   void write(const std::string& name, const at::Tensor& t);
+  // Fails unless every declared tensor was written; fsyncs and renames into place.
   void finish();
+  const std::vector<TensorEntry>& entries() const { return entries_; }
+  uint64_t data_start() const { return data_start_; }
+  uint64_t bytes() const { return file_.bytes_written(); }
+  uint32_t crc32() const { return file_.crc32(); }
 
  private:
-  std::string path_, tmp_path_;
   std::vector<TensorEntry> entries_;
+  AtomicFileWriter file_;
+  uint64_t data_start_ = 0;
   size_t next_ = 0;
-  std::ofstream out_;
-  bool finished_ = false;
 };
 
-// Writes every parameter of a sharded model, gathered one unit at a time, to one file
-// (written by rank 0). A collective: every rank must call it.
-void write_full_parameters(ShardedModel& model, const std::string& path);
+// An open safetensors file with a validated header. Reads any element range of a tensor,
+// converted to float32, touching only those bytes.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);  // throws naming the file and tensor
+  const std::string& path() const { return file_.path(); }
+  const std::vector<TensorEntry>& entries() const { return entries_; }
+  const TensorEntry* find(const std::string& name) const;  // null when absent
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  uint64_t data_start() const { return data_start_; }
+  // Elements [begin, end) of the flattened tensor into out (float32, end - begin elements).
+  void read_range(const TensorEntry& e, int64_t begin, int64_t end, at::Tensor out) const;
+  at::Tensor read(const std::string& name) const;  // the whole tensor, in its own dtype
 
-// Reads the header; throws naming the file when it is malformed or offsets are inconsistent.
-std::vector<TensorEntry> read_safetensors_header(const std::string& path, uint64_t* data_start = nullptr);
-at::Tensor read_safetensors_tensor(const std::string& path, const std::string& name);
+ private:
+  ReadOnlyFile file_;
+  std::vector<TensorEntry> entries_;
+  std::map<std::string, size_t> index_;
+  std::map<std::string, std::string> metadata_;
+  uint64_t data_start_ = 0;
+};
+
+// Initializes a model from a safetensors file (model.init_from): each rank reads only the
+// byte ranges of its shards. check() requires the file to hold exactly the model's
+// parameters with the same shapes (any float dtype).
+std::shared_ptr<ParamSource> safetensors_param_source(const std::string& path);
+
+// Writes every parameter of a sharded model to one file, gathered one unit at a time and
+// streamed by rank 0 (no rank holds more than one unit). A collective.
+void write_full_parameters(ShardedModel& model, const std::string& path, at::ScalarType dtype = at::kFloat);
 
 }  // namespace zeroshard::io

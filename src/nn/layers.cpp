@@ -4,8 +4,35 @@
 
 namespace zeroshard::nn {
 
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool bias) {
+  weight = register_parameter("weight", new_parameter({out_features, in_features}));
+  if (bias) this->bias = register_parameter("bias", new_parameter({out_features}));
+  if (!DeferredInit::active()) {
+    torch::NoGradGuard no_grad;
+    const double bound = 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(1, in_features)));
+    weight.uniform_(-bound, bound);
+    if (bias) this->bias.uniform_(-bound, bound);
+  }
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, weight, bias); }
+
+EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim) {
+  weight = register_parameter("weight", new_parameter({num_embeddings, dim}));
+  if (!DeferredInit::active()) {
+    torch::NoGradGuard no_grad;
+    weight.normal_();
+  }
+}
+
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
+
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
-  weight = register_parameter("weight", torch::ones({dim}));
+  weight = register_parameter("weight", new_parameter({dim}));
+  if (!DeferredInit::active()) {
+    torch::NoGradGuard no_grad;
+    weight.fill_(1.0);
+  }
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {

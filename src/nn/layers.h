@@ -1,9 +1,31 @@
-// Layers shared by the model zoo: RMSNorm, rotary position embeddings, causal attention.
+// Layers shared by the model zoo: Linear, Embedding, RMSNorm, rotary position embeddings,
+// causal attention. Their parameters come from new_parameter(), so a model built inside a
+// DeferredInit scope holds no parameter bytes until fully_shard materializes its shards.
 #pragma once
+
+#include "zeroshard/nn/deferred.h"
 
 #include <torch/torch.h>
 
 namespace zeroshard::nn {
+
+// y = x W^T (+ b). Outside DeferredInit, W ~ U(-1/sqrt(in), 1/sqrt(in)) as torch::nn::Linear.
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in_features, int64_t out_features, bool bias = false);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;  // bias undefined when disabled
+};
+TORCH_MODULE(Linear);
+
+// Rows of `weight` [num_embeddings, dim] picked by integer ids. Outside DeferredInit, N(0, 1).
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(int64_t num_embeddings, int64_t dim);
+  torch::Tensor forward(const torch::Tensor& ids);
+  torch::Tensor weight;
+};
+TORCH_MODULE(Embedding);
 
 // x * rsqrt(mean(x^2) + eps) * weight, normalized in fp32.
 class RMSNormImpl : public torch::nn::Module {

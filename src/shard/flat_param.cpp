@@ -1,5 +1,6 @@
 #include "shard/flat_param.h"
 
+
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 
@@ -24,21 +25,39 @@ FlatParam::FlatParam(std::string unit_name, bool trainable, std::vector<ParamSlo
     total += s.numel;
   }
   layout_ = ShardLayout(total, world_size);
-  full_ = at::zeros({layout_.padded}, at::kFloat);
+}
+
+void FlatParam::materialize(ParamSource* source, Communicator& comm) {
+  const int64_t begin = layout_.shard_begin(rank_);
+  at::Tensor shard = at::zeros({layout_.shard_size}, at::kFloat);  // padding stays zero
   {
     at::NoGradGuard no_grad;
-    for (auto& s : slots_) {
-      full_.narrow(0, s.offset, s.numel).copy_(s.param.detach().reshape({-1}));
-      // The parameter becomes a view into the flat buffer; autograd metadata is kept.
-      s.param.set_data(full_.narrow(0, s.offset, s.numel).view(s.shape));
+    for (const auto& s : slots_) {
+      int64_t lo = 0, hi = 0;
+      layout_.intersect(rank_, s.offset, s.offset + s.numel, &lo, &hi);
+      if (lo >= hi) continue;
+      at::Tensor dst = shard.narrow(0, lo - begin, hi - lo);
+      if (source != nullptr) {
+        source->read(s, lo - s.offset, hi - s.offset, dst);
+      } else {
+        dst.copy_(s.param.detach().reshape({-1}).narrow(0, lo - s.offset, hi - lo));
+      }
     }
   }
+  full_ = at::empty({layout_.padded}, at::kFloat);  // under optim_grads_params its bytes go at once
   if (shard_params_) {
-    shard_ = full_.narrow(0, layout_.shard_begin(rank_), layout_.shard_size).clone();
-    free_full();
+    shard_ = shard;
   } else {
-    shard_ = full_.narrow(0, layout_.shard_begin(rank_), layout_.shard_size);
+    comm.all_gather(shard, full_);
+    shard_ = full_.narrow(0, begin, layout_.shard_size);
   }
+  {
+    at::NoGradGuard no_grad;
+    // The parameter becomes a view into the flat buffer; autograd metadata is kept.
+    for (auto& s : slots_) s.param.set_data(full_.narrow(0, s.offset, s.numel).view(s.shape));
+  }
+  gathered_ = true;
+  if (shard_params_) free_full();
 }
 
 void FlatParam::allocate_full() {

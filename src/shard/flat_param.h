@@ -5,6 +5,8 @@
 #pragma once
 
 #include "shard/layout.h"
+#include "zeroshard/comm.h"
+#include "zeroshard/shard.h"
 
 #include <ATen/ATen.h>
 
@@ -13,18 +15,22 @@
 
 namespace zeroshard {
 
-struct ParamSlot {
-  std::string name;           // qualified name in the model
-  at::Tensor param;           // the module's parameter (shares its TensorImpl)
-  std::vector<int64_t> shape;
-  int64_t offset = 0;         // into the flat buffer
-  int64_t numel = 0;
+struct ParamSlot : ParamInfo {
+  at::Tensor param;  // the module's parameter (shares its TensorImpl)
 };
 
 class FlatParam {
  public:
+  // Lays the slots out; no values yet (see materialize).
   FlatParam(std::string unit_name, bool trainable, std::vector<ParamSlot> slots, int rank, int world_size,
             bool shard_params);
+
+  // Fills this rank's shard from `source` (or, when null, from the parameters' current
+  // values), gathers the full buffer when parameters are replicated, and turns every
+  // parameter into a view of the full buffer. Memory: the shard plus, while replicated, the
+  // full buffer; under optim_grads_params never more than the shard. Collective when the
+  // parameters are replicated.
+  void materialize(ParamSource* source, Communicator& comm);
 
   const std::string& unit_name() const { return unit_name_; }
   bool trainable() const { return trainable_; }

@@ -7,6 +7,7 @@
 
 #include "shard/autograd_hooks.h"
 #include "shard/unit.h"
+#include "zeroshard/nn/deferred.h"
 
 #include <torch/autograd.h>
 
@@ -34,7 +35,14 @@ ShardedModel::ShardedModel(std::shared_ptr<torch::nn::Module> module, std::share
   if (!module_) throw std::invalid_argument("fully_shard: module is null");
   if (!comm_) throw std::invalid_argument("fully_shard: communicator is null");
   if (!options_.wrap_policy) options_.wrap_policy = wrap_every_hookable();
-  build_units();
+  try {
+    build_units();
+  } catch (...) {
+    for (auto& u : units_) {  // no hook may outlive this half-built engine
+      if (u->module) u->module->set_forward_hooks(nullptr);
+    }
+    throw;
+  }
 }
 
 ShardedModel::~ShardedModel() {
@@ -129,6 +137,32 @@ void ShardedModel::build_units() {
     }
     units_.push_back(std::move(unit));
   }
+
+  // 4. Values: this rank's shard of every flat buffer, from the source (checked first, so a
+  //    file that does not fit the model fails before anything is read).
+  ParamSource* source = options_.param_source.get();
+  std::vector<ParamInfo> all;
+  for (const auto& u : units_) {
+    for (const FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
+      if (f == nullptr) continue;
+      for (const auto& s : f->slots()) {
+        if (source == nullptr && nn::is_deferred(s.param)) {
+          throw std::invalid_argument("fully_shard: parameter '" + s.name +
+                                      "' was built inside nn::DeferredInit (no values yet), but "
+                                      "ShardOptions::param_source is empty; pass a source (e.g. "
+                                      "param_source_from_init) to materialize it");
+        }
+        all.push_back(s);
+      }
+    }
+  }
+  if (source != nullptr) source->check(all);
+  for (auto& u : units_) {
+    for (FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
+      if (f != nullptr) f->materialize(source, *comm_);
+    }
+  }
+  options_.param_source.reset();  // only needed while building (it may hold files open)
 }
 
 std::vector<std::string> ShardedModel::unit_names() const {
@@ -307,6 +341,24 @@ std::vector<at::Tensor> ShardedModel::local_shards() const {
   for (const auto& u : units_) {
     for (const FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
       if (f != nullptr) out.push_back(f->shard());
+    }
+  }
+  return out;
+}
+
+std::vector<FlatBufferInfo> ShardedModel::flat_buffers() const {
+  std::vector<FlatBufferInfo> out;
+  for (const auto& u : units_) {
+    for (const FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
+      if (f == nullptr) continue;
+      FlatBufferInfo info;
+      info.unit = u->name;
+      info.trainable = f->trainable();
+      info.numel = f->layout().numel;
+      info.padded = f->layout().padded;
+      info.shard_size = f->layout().shard_size;
+      for (const auto& s : f->slots()) info.params.push_back(s);
+      out.push_back(std::move(info));
     }
   }
   return out;

@@ -108,6 +108,7 @@ std::vector<Key> registry(TrainConfig& c) {
   add_float("model.rope_theta", &c.llama.rope_theta, 1.0, 1e9);
   add_bool("model.tie_embeddings", &c.llama.tie_embeddings);
   add_int("model.max_seq_len", &c.llama.max_seq_len, 1, 1 << 20);
+  add_string("model.init_from", &c.init_from, {});
   add_int("train.steps", &c.steps, 1, big);
   add_int("train.micro_batch_size", &c.micro_batch_size, 1, 1 << 20);
   add_int("train.grad_accum", &c.grad_accum, 1, 1 << 20);
@@ -122,6 +123,10 @@ std::vector<Key> registry(TrainConfig& c) {
   add_float("train.clip_grad_norm", &c.clip_grad_norm, 0.0, 1e12);
   add_int("train.seed", &c.seed, 0, std::numeric_limits<int64_t>::max());
   add_int("train.log_every", &c.log_every, 1, big);
+  add_int("train.save_every", &c.save_every, 0, big);
+  add_int("train.keep_last", &c.keep_last, 0, big);
+  add_bool("train.save_final", &c.save_final);
+  add_string("train.resume", &c.resume, {});
   keys.push_back({"parallel.strategy", "string",
                   // parse_strategy accepts the zero-stage aliases and lists the valid names.
                   [&c](const std::string& v) { c.strategy = strategy_name(parse_strategy(v)); },
@@ -141,6 +146,7 @@ std::vector<Key> registry(TrainConfig& c) {
   add_bool("run.progress", &c.progress);
   add_int("debug.fail_at_step", &c.debug_fail_at_step, 0, big);
   add_int("debug.fail_rank", &c.debug_fail_rank, 0, 1 << 20);
+  add_string("debug.fail_kind", &c.debug_fail_kind, {"exception", "sigkill", "sigkill_in_save"});
   return keys;
 }
 
@@ -289,6 +295,13 @@ void validate(TrainConfig& c) {
   if (c.llama.vocab_size < 256) {
     throw std::invalid_argument("model.vocab_size (" + std::to_string(c.llama.vocab_size) +
                                 ") must be >= 256 for the byte-level tokenizer");
+  }
+  if (!c.init_from.empty() && !c.resume.empty()) {
+    throw std::invalid_argument("model.init_from and train.resume both set: a resumed run takes its weights from the "
+                                "checkpoint; set only one");
+  }
+  if (!c.init_from.empty() && !fs::exists(c.init_from)) {
+    throw std::invalid_argument("model.init_from: file '" + c.init_from + "' does not exist");
   }
   if (c.min_lr > c.lr) {
     throw std::invalid_argument("train.min_lr (" + to_text(c.min_lr) + ") exceeds train.lr (" + to_text(c.lr) + ")");

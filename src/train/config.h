@@ -37,6 +37,13 @@ struct TrainConfig {
   int64_t seed = 1234;
   int64_t log_every = 10;
 
+  // Checkpoints (<run_dir>/checkpoints/step_<N>/, see src/checkpoint/checkpoint.h).
+  int64_t save_every = 0;   // optimizer steps between saves; 0 = only the final save
+  int64_t keep_last = 0;    // keep this many newest checkpoints; 0 = all
+  bool save_final = true;   // save after the last step
+  std::string resume;       // a checkpoint, checkpoints folder or run folder to continue from
+  std::string init_from;    // model.init_from: a safetensors file with every parameter
+
   std::string strategy = "optim_grads_params";
   int64_t zero_stage = -1;  // alias; -1 = not set
   double comm_timeout_s = 300;
@@ -53,9 +60,12 @@ struct TrainConfig {
   bool dump_final_shards = false;  // write <run_dir>/final_shard.rank<r>.bin (fp32 master shard)
   bool progress = true;
 
-  // Fault injection for tests: rank debug_fail_rank throws at step debug_fail_at_step (0 = off).
+  // Fault injection for tests: at step debug_fail_at_step (0 = off), rank debug_fail_rank
+  // throws ("exception"), SIGKILLs itself ("sigkill"), or SIGKILLs itself halfway through
+  // writing its checkpoint file of that step ("sigkill_in_save").
   int64_t debug_fail_at_step = 0;
   int64_t debug_fail_rank = 0;
+  std::string debug_fail_kind = "exception";
 
   std::string config_path;  // the file it was loaded from, if any
 };

@@ -1,14 +1,18 @@
 #include "train/trainer.h"
 
+#include "checkpoint/checkpoint.h"
 #include "data/sampler.h"
 #include "data/text_dataset.h"
 #include "io/safetensors.h"
 #include "models/llama/llama.h"
 #include "train/metrics.h"
+#include "zeroshard/nn/deferred.h"
 #include "zeroshard/optim.h"
 #include "zeroshard/shard.h"
 
 #include <unistd.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <chrono>
@@ -61,6 +65,41 @@ std::string human_count(double x) {
   return buf;
 }
 
+// A resumed run must build the same model: every model.* key equal (shapes alone would miss
+// e.g. rope_theta).
+void check_same_model(const ckpt::Checkpoint& ck, const TrainConfig& cfg) {
+  const nlohmann::json saved = ck.config().value("model", nlohmann::json::object());
+  nlohmann::json now = config_to_json(cfg, 0)["model"];
+  now.erase("init_from");
+  std::string diffs;
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    if (!saved.contains(it.key())) continue;
+    if (saved[it.key()] != it.value()) {
+      diffs += "\n  model." + it.key() + ": checkpoint " + saved[it.key()].dump() + ", this run " + it.value().dump();
+    }
+  }
+  if (!diffs.empty()) {
+    throw std::invalid_argument("train.resume: checkpoint " + ck.dir() + " was saved from another model:" + diffs);
+  }
+}
+
+// Keeps the lines of an earlier metrics.jsonl up to `step` (a resumed run continues it).
+void truncate_metrics(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      if (nlohmann::json::parse(line).value("step", int64_t{0}) > step) continue;
+    } catch (const std::exception&) {
+      continue;  // a line cut by a crash
+    }
+    kept += line + "\n";
+  }
+  in.close();
+  std::ofstream(path, std::ios::trunc) << kept;
+}
+
 }  // namespace
 
 int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
@@ -75,21 +114,55 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
   auto comm = make_communicator(rdv, comm_options);
   const int rank = comm->rank(), world = comm->world_size();
 
-  const std::string run_dir = agree_on_string(*comm, cfg.run_dir.empty() ? default_run_dir(cfg) : cfg.run_dir);
+  std::unique_ptr<ckpt::Checkpoint> resume;
+  if (!cfg.resume.empty()) {
+    resume = std::make_unique<ckpt::Checkpoint>(ckpt::resolve_checkpoint(cfg.resume));
+    check_same_model(*resume, cfg);
+    if (resume->step() > cfg.steps) {
+      throw std::invalid_argument("train.resume: checkpoint " + resume->dir() + " is at step " +
+                                  std::to_string(resume->step()) + ", past train.steps=" + std::to_string(cfg.steps));
+    }
+  }
+  const int64_t start_step = resume ? resume->step() : 0;
+
+  std::string proposed_run_dir = cfg.run_dir;
+  if (proposed_run_dir.empty() && resume) {
+    // A resumed run continues in the run folder its checkpoint belongs to.
+    const fs::path ckdir = fs::absolute(resume->dir());
+    if (ckdir.parent_path().filename() == "checkpoints") proposed_run_dir = ckdir.parent_path().parent_path().string();
+  }
+  if (proposed_run_dir.empty()) proposed_run_dir = default_run_dir(cfg);
+  const std::string run_dir = agree_on_string(*comm, proposed_run_dir);
   fs::create_directories(run_dir);
   RankLog log(run_dir + "/rank" + std::to_string(rank) + ".log", rank);
   log.line("start: world_size=" + std::to_string(world) + " strategy=" + cfg.strategy + " threads=" +
-           std::to_string(threads) + " backend=" + comm->backend_name());
+           std::to_string(threads) + " backend=" + comm->backend_name() +
+           (resume ? " resume_from=" + resume->dir() : std::string()));
   if (rank == 0) {
     std::ofstream(run_dir + "/config.json") << config_to_json(cfg, world).dump(2) << "\n";
-    std::ofstream(run_dir + "/metrics.jsonl", std::ios::trunc);  // fresh file for this run
+    if (resume) truncate_metrics(run_dir + "/metrics.jsonl", start_step);
+    else std::ofstream(run_dir + "/metrics.jsonl", std::ios::trunc);  // fresh file for this run
   }
 
-  // Model: built whole, initialized from (seed, name), then sharded.
-  auto model = models::Llama(cfg.llama);
-  model->reset_parameters(static_cast<uint64_t>(cfg.seed));
+  // Model: built without parameter bytes, then each rank materializes only its shards, from
+  // the checkpoint, a safetensors file, or the seeded init (identical for every W).
+  models::Llama model{nullptr};
+  {
+    nn::DeferredInit deferred;
+    model = models::Llama(cfg.llama);
+  }
   ShardOptions shard_options;
   shard_options.strategy = parse_strategy(cfg.strategy);
+  if (resume) {
+    shard_options.param_source = resume->param_source();
+  } else if (!cfg.init_from.empty()) {
+    shard_options.param_source = io::safetensors_param_source(cfg.init_from);
+  } else {
+    const models::LlamaConfig llama = cfg.llama;
+    const uint64_t seed = static_cast<uint64_t>(cfg.seed);
+    shard_options.param_source = param_source_from_init(
+        [llama, seed](const std::string& name, at::Tensor& t) { models::llama_init(llama, seed, name, t); });
+  }
   auto sharded = fully_shard(model.ptr(), comm, shard_options);
   if (cfg.dump_init) io::write_full_parameters(*sharded, run_dir + "/init.safetensors");
   AdamWOptions adam;
@@ -99,6 +172,28 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
   adam.eps = cfg.eps;
   adam.weight_decay = cfg.weight_decay;
   ShardedAdamW optim(sharded, adam);
+  if (resume) {
+    resume->load_optimizer(*sharded, optim);
+    resume->restore_rng(rank);
+    log.line("resumed from " + resume->dir() + " at step " + std::to_string(start_step) + " (saved by " +
+             std::to_string(resume->world_size()) + " ranks, " + resume->strategy() + ")");
+    resume.reset();
+  }
+  const std::string checkpoint_root = run_dir + "/checkpoints";
+  int64_t last_saved = -1;
+  auto save = [&](int64_t step) {
+    ckpt::SaveOptions so;
+    so.step = step;
+    so.config = config_to_json(cfg, world);
+    so.keep_last = cfg.keep_last;
+    if (cfg.debug_fail_kind == "sigkill_in_save" && cfg.debug_fail_at_step == step) {
+      so.kill_rank_midway = static_cast<int>(cfg.debug_fail_rank);
+    }
+    const auto t0 = Clock::now();
+    const std::string dir = ckpt::save_checkpoint(checkpoint_root, *sharded, optim, so);
+    last_saved = step;
+    log.line("saved " + dir + " in " + std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()) + " s");
+  };
   LrSchedule schedule{cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg.steps};
   {
     const MemoryStats m = sharded->memory();
@@ -136,13 +231,20 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
   const auto job_start = Clock::now();
   float last_loss = 0.0f;
 
-  for (int64_t step = 1; step <= cfg.steps; ++step) {
+  for (int64_t step = start_step + 1; step <= cfg.steps; ++step) {
     const auto t0 = Clock::now();
     sharded->reset_gathered_peak();
     double loss_sum = 0.0;
     if (cfg.debug_fail_at_step == step && cfg.debug_fail_rank == rank) {
-      throw std::runtime_error("injected failure (debug.fail_at_step=" + std::to_string(step) + ") on rank " +
-                               std::to_string(rank));
+      if (cfg.debug_fail_kind == "exception") {
+        throw std::runtime_error("injected failure (debug.fail_at_step=" + std::to_string(step) + ") on rank " +
+                                 std::to_string(rank));
+      }
+      if (cfg.debug_fail_kind == "sigkill") {
+        std::fprintf(stderr, "rank %d: injected SIGKILL at step %lld\n", rank, static_cast<long long>(step));
+        std::fflush(stderr);
+        std::raise(SIGKILL);
+      }
     }
     for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
       at::Tensor batch = sampler.batch(step - 1, micro);
@@ -191,7 +293,7 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
                              {"ranks", per_rank}};
       metrics->write(line);
       const double elapsed = std::chrono::duration<double>(Clock::now() - job_start).count();
-      const double eta = elapsed / static_cast<double>(step) * static_cast<double>(cfg.steps - step);
+      const double eta = elapsed / static_cast<double>(step - start_step) * static_cast<double>(cfg.steps - step);
       char text[256];
       std::snprintf(text, sizeof(text), "step %lld/%lld | loss %.4f | %s tok/s | %.3f s/step | ETA %.0fs",
                     static_cast<long long>(step), static_cast<long long>(cfg.steps), static_cast<double>(loss),
@@ -208,7 +310,10 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
     if (step % cfg.log_every == 0 || step == cfg.steps) {
       log.line("step " + std::to_string(step) + " loss " + exact_float(loss) + " grad_norm " + std::to_string(grad_norm));
     }
+    if (cfg.save_every > 0 && step % cfg.save_every == 0) save(step);
   }
+  const int64_t final_step = std::max(start_step, cfg.steps);
+  if (cfg.save_final && last_saved != final_step) save(final_step);
 
   if (cfg.dump_final_shards) {
     std::ofstream out(run_dir + "/final_shard.rank" + std::to_string(rank) + ".bin", std::ios::binary);
@@ -221,6 +326,7 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
     std::vector<double> sorted = step_times;
     std::sort(sorted.begin(), sorted.end());
     const double median = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
+    const double tokens_per_s = median > 0 ? tokens_per_step / median : 0.0;
     const MemoryStats m = sharded->memory();
     nlohmann::json summary = {{"run_dir", run_dir},
                               {"world_size", world},
@@ -228,7 +334,7 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
                               {"steps", cfg.steps},
                               {"final_loss", static_cast<double>(last_loss)},
                               {"median_step_time_s", median},
-                              {"tokens_per_s", tokens_per_step / median},
+                              {"tokens_per_s", tokens_per_s},
                               {"num_params", m.num_params},
                               {"largest_unit_bytes", m.largest_unit_bytes}};
     std::ofstream(run_dir + "/summary.json") << summary.dump(2) << "\n";

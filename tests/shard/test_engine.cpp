@@ -106,11 +106,11 @@ TEST_P(EngineParity, FourStrategiesBitwiseIdenticalAndEqualToPlainLibtorch) {
   }
   for (size_t k = 0; k < runs.size(); ++k) {
     const std::string file = runs[k].dir + "/params.safetensors";
-    auto entries = io::read_safetensors_header(file);
-    EXPECT_EQ(entries.size(), ref.size()) << "tied weights appear once";
-    for (const auto& e : entries) {
+    io::SafetensorsFile params(file);
+    EXPECT_EQ(params.entries().size(), ref.size()) << "tied weights appear once";
+    for (const auto& e : params.entries()) {
       ASSERT_TRUE(ref.count(e.name)) << e.name;
-      auto ours = io::read_safetensors_tensor(file, e.name);
+      auto ours = params.read(e.name);
       EXPECT_LT((ours - ref[e.name]).abs().max().item<double>(), 5e-5) << kStrategies[k] << ": " << e.name;
       if (e.name.find("frozen_scale") != std::string::npos || e.name.rfind("blocks.1.", 0) == 0) {
         EXPECT_TRUE(torch::equal(ours, init[e.name])) << "frozen parameter changed: " << e.name;

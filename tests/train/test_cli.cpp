@@ -1,6 +1,7 @@
 // End to end through the `zeroshard` binary and its launcher: exact parity of the four
 // strategies, agreement across world sizes, identical initialization, failure handling.
 #include "support/spawn.h"
+#include "support/train_run.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -11,40 +12,6 @@
 
 using namespace zeroshard::testing;
 
-namespace {
-
-// A small Llama on generated text, fast enough for 30-50 steps per run.
-const std::string kSmall =
-    " --set data.source=synthetic --set model.dim=48 --set model.n_layers=2 --set model.n_heads=4"
-    " --set model.n_kv_heads=2 --set model.ffn_hidden=100 --set model.max_seq_len=32 --set train.seq_len=32"
-    " --set train.lr=0.01 --set train.min_lr=0.001 --set train.warmup_steps=3 --set run.progress=false"
-    " --set parallel.comm_timeout_s=60";
-
-struct TrainRun {
-  int exit_code = -1;
-  std::string output, dir;
-  std::vector<nlohmann::json> metrics;
-};
-
-TrainRun train(const std::string& args, int nproc, const std::string& tag) {
-  TrainRun r;
-  r.dir = make_temp_dir(tag);
-  const std::string cmd = std::string(ZS_BINARY) + " train --nproc " + std::to_string(nproc) + kSmall +
-                          " --set run.dir=" + r.dir + " " + args;
-  r.exit_code = run_command(cmd, &r.output);
-  std::ifstream in(r.dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) r.metrics.push_back(nlohmann::json::parse(line));
-  return r;
-}
-
-std::vector<std::string> loss_texts(const TrainRun& r) {
-  std::vector<std::string> out;
-  for (const auto& m : r.metrics) out.push_back(m["loss"].dump() + " " + m["grad_norm"].dump());
-  return out;
-}
-
-}  // namespace
 
 class CliParity : public ::testing::TestWithParam<int> {};
 
@@ -108,7 +75,7 @@ TEST(Cli, RankThatThrowsStopsTheJobWithItsMessage) {
   double seconds = 0;
   std::string out;
   const auto dir = make_temp_dir("fail");
-  const int code = run_command(std::string(ZS_BINARY) + " train --nproc 3" + kSmall + " --set run.dir=" + dir +
+  const int code = run_command(std::string(ZS_BINARY) + " train --nproc 3" + kSmallModel + " --set run.dir=" + dir +
                                    " --set train.steps=50 --set debug.fail_rank=1 --set debug.fail_at_step=3",
                                &out, &seconds);
   EXPECT_NE(code, 0);
@@ -128,7 +95,7 @@ TEST(Cli, BadConfigFailsBeforeAnyRankStarts) {
 TEST(Cli, JoinsAJobFromTheEnvironment) {
   // Two processes started like torchrun/Slurm would, without --nproc.
   const auto dir = make_temp_dir("env");
-  std::istringstream split(kSmall + " --set train.steps=3 --set run.dir=" + dir);
+  std::istringstream split(std::string(kSmallModel) + " --set train.steps=3 --set run.dir=" + dir);
   std::vector<std::string> args{"train"};
   std::string tok;
   while (split >> tok) args.push_back(tok);

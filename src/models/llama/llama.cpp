@@ -33,7 +33,7 @@ void LlamaConfig::validate() const {
 
 AttentionImpl::AttentionImpl(const LlamaConfig& c, std::shared_ptr<const nn::RopeTables> rope)
     : n_heads_(c.n_heads), n_kv_heads_(c.n_kv_heads), head_dim_(c.head_dim()), rope_(std::move(rope)) {
-  auto lin = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  auto lin = [](int64_t in, int64_t out) { return nn::Linear(in, out); };
   wq = register_module("wq", lin(c.dim, c.n_heads * head_dim_));
   wk = register_module("wk", lin(c.dim, c.n_kv_heads * head_dim_));
   wv = register_module("wv", lin(c.dim, c.n_kv_heads * head_dim_));
@@ -52,7 +52,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
 }
 
 FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
-  auto lin = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  auto lin = [](int64_t in, int64_t out) { return nn::Linear(in, out); };
   w1 = register_module("w1", lin(dim, hidden));
   w2 = register_module("w2", lin(hidden, dim));
   w3 = register_module("w3", lin(dim, hidden));
@@ -77,12 +77,12 @@ torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x) {
 LlamaImpl::LlamaImpl(const LlamaConfig& c) : config_(c) {
   c.validate();
   rope_ = std::make_shared<nn::RopeTables>(nn::RopeTables::make(c.max_seq_len, c.head_dim(), c.rope_theta));
-  tok_embeddings = register_module("tok_embeddings", torch::nn::Embedding(c.vocab_size, c.dim));
+  tok_embeddings = register_module("tok_embeddings", nn::Embedding(c.vocab_size, c.dim));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.n_layers; ++i) layers->push_back(LlamaBlock(c, rope_));
   norm = register_module("norm", nn::RMSNorm(c.dim, c.norm_eps));
   if (!c.tie_embeddings) {
-    output = register_module("output", torch::nn::Linear(torch::nn::LinearOptions(c.dim, c.vocab_size).bias(false)));
+    output = register_module("output", nn::Linear(c.dim, c.vocab_size));
   }
 }
 
@@ -100,18 +100,21 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
 }
 
 void LlamaImpl::reset_parameters(uint64_t seed) {
+  for (auto& item : named_parameters(/*recurse=*/true)) llama_init(config_, seed, item.key(), item.value());
+}
+
+void llama_init(const LlamaConfig& c, uint64_t seed, const std::string& name, at::Tensor& param) {
   const double std = 0.02;
-  const double out_std = std / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(1, config_.n_layers)));
-  for (auto& item : named_parameters(/*recurse=*/true)) {
-    const std::string& name = item.key();
-    auto& p = item.value();
-    if (p.dim() == 1) {
-      nn::init_constant(p, 1.0);  // norm weights
-    } else if (name.size() >= 9 && (name.rfind("wo.weight") == name.size() - 9 || name.rfind("w2.weight") == name.size() - 9)) {
-      nn::init_normal(p, seed, name, out_std);  // residual-branch outputs, scaled by depth
-    } else {
-      nn::init_normal(p, seed, name, std);
-    }
+  const double out_std = std / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(1, c.n_layers)));
+  auto ends_with = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (param.dim() == 1) {
+    nn::init_constant(param, 1.0);  // norm weights
+  } else if (ends_with("wo.weight") || ends_with("w2.weight")) {
+    nn::init_normal(param, seed, name, out_std);  // residual-branch outputs, scaled by depth
+  } else {
+    nn::init_normal(param, seed, name, std);
   }
 }
 

@@ -33,7 +33,7 @@ class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const LlamaConfig& c, std::shared_ptr<const nn::RopeTables> rope);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+  nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 
  private:
   int64_t n_heads_, n_kv_heads_, head_dim_;
@@ -45,7 +45,7 @@ class FeedForwardImpl : public torch::nn::Module {
  public:
   FeedForwardImpl(int64_t dim, int64_t hidden);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+  nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
 };
 TORCH_MODULE(FeedForward);
 
@@ -64,20 +64,25 @@ class LlamaImpl : public nn::HookableModule {
   explicit LlamaImpl(const LlamaConfig& c);
   // tokens [B, T] int64 -> logits [B, T, vocab] float
   torch::Tensor forward(const torch::Tensor& tokens);
-  // Re-initializes every parameter from (seed, name); call before sharding.
+  // Re-initializes every parameter from (seed, name) with llama_init (not for a model built
+  // inside nn::DeferredInit: fully_shard materializes those from a ParamSource).
   void reset_parameters(uint64_t seed);
   const LlamaConfig& config() const { return config_; }
 
-  torch::nn::Embedding tok_embeddings{nullptr};
+  nn::Embedding tok_embeddings{nullptr};
   torch::nn::ModuleList layers{nullptr};
   nn::RMSNorm norm{nullptr};
-  torch::nn::Linear output{nullptr};  // null when tie_embeddings
+  nn::Linear output{nullptr};  // null when tie_embeddings
 
  private:
   LlamaConfig config_;
   std::shared_ptr<const nn::RopeTables> rope_;
 };
 TORCH_MODULE(Llama);
+
+// The initial value of parameter `name`, keyed by (seed, name): norm weights 1, residual
+// output projections N(0, 0.02 / sqrt(2 n_layers)), everything else N(0, 0.02).
+void llama_init(const LlamaConfig& c, uint64_t seed, const std::string& name, at::Tensor& param);
 
 // Mean next-token cross entropy over all positions, in fp32.
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets);

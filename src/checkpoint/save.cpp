@@ -1,0 +1,207 @@
+// Writing checkpoints: every rank its shard file, rank 0 the manifest, then the folder is
+// renamed into place and `latest` moved (see checkpoint.h for the layout).
+#include "checkpoint/checkpoint.h"
+
+#include "io/file.h"
+#include "io/safetensors.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <stdexcept>
+
+namespace zeroshard::ckpt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string rank_file_name(int rank, int world) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "rank%05d-of-%05d.safetensors", rank, world);
+  return buf;
+}
+
+// This rank's slice of an optimizer state tensor (a shard already, or the full buffer).
+at::Tensor local_slice(const at::Tensor& t, int64_t shard_size, int rank) {
+  return t.numel() == shard_size ? t : t.narrow(0, rank * shard_size, shard_size);
+}
+
+// Keeps the newest keep_last complete checkpoints (and always `keep`).
+void prune(const std::string& root, int64_t keep_last, const std::string& keep) {
+  if (keep_last <= 0) return;
+  static const std::regex pattern("step_[0-9]{8}");
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && std::regex_match(n, pattern)) names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  const int64_t excess = static_cast<int64_t>(names.size()) - keep_last;
+  for (int64_t i = 0; i < excess; ++i) {
+    if (names[i] != keep) fs::remove_all(fs::path(root) / names[i]);
+  }
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& root, ShardedModel& model, ShardedAdamW& optim,
+                            const SaveOptions& options) {
+  Communicator& comm = model.comm();
+  const int rank = comm.rank(), world = comm.world_size();
+  const std::string name = step_name(options.step);
+  const fs::path final_dir = fs::path(root) / name;
+  const fs::path partial_dir = fs::path(root) / (name + ".partial");
+  if (rank == 0) {
+    fs::create_directories(root);
+    for (const auto& e : fs::directory_iterator(root)) {  // leftovers of saves that crashed
+      if (e.path().extension() == ".partial") fs::remove_all(e.path());
+    }
+    fs::create_directories(partial_dir);
+  }
+  comm.barrier();
+
+  // 1. This rank's file: per flat buffer its shard of the master values and AdamW state.
+  const auto buffers = model.flat_buffers();
+  const auto shards = model.local_shards();
+  std::vector<io::TensorEntry> entries;
+  std::vector<at::Tensor> tensors;
+  size_t optim_index = 0;
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    const auto& info = buffers[b];
+    entries.push_back({info.key() + ".param", at::kFloat, {info.shard_size}});
+    tensors.push_back(shards[b]);
+    if (info.trainable) {
+      entries.push_back({info.key() + ".exp_avg", at::kFloat, {info.shard_size}});
+      tensors.push_back(local_slice(optim.exp_avg(optim_index), info.shard_size, rank));
+      entries.push_back({info.key() + ".exp_avg_sq", at::kFloat, {info.shard_size}});
+      tensors.push_back(local_slice(optim.exp_avg_sq(optim_index), info.shard_size, rank));
+      ++optim_index;
+    }
+  }
+  at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
+  entries.push_back({"rng.cpu", at::kByte, {rng.numel()}});
+  tensors.push_back(rng);
+  const std::string file_name = rank_file_name(rank, world);
+  io::SafetensorsWriter writer((partial_dir / file_name).string(), entries,
+                               {{"format", "zeroshard-checkpoint-shard"}, {"rank", std::to_string(rank)},
+                                {"world_size", std::to_string(world)}, {"step", std::to_string(options.step)}});
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (rank == options.kill_rank_midway && i == tensors.size() / 2) {
+      std::fprintf(stderr, "rank %d: injected SIGKILL in the middle of saving %s\n", rank, name.c_str());
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    }
+    writer.write(entries[i].name, tensors[i]);
+  }
+  const auto& written = writer.entries();
+  writer.finish();
+
+  // 2. Rank 0 learns every file's size, checksum and data offset, and writes the manifest.
+  at::Tensor mine = at::tensor({static_cast<int64_t>(writer.bytes()), static_cast<int64_t>(writer.crc32()),
+                                static_cast<int64_t>(writer.data_start())},
+                               at::kLong);
+  at::Tensor all = at::empty({3 * world}, at::kLong);
+  comm.all_gather(mine, all);
+  if (rank == 0) {
+    const int64_t* a = all.data_ptr<int64_t>();
+    std::map<std::string, uint64_t> entry_begin;  // identical names and shapes on every rank
+    for (const auto& e : written) entry_begin[e.name] = e.begin;
+    nlohmann::json files = nlohmann::json::array();
+    for (int r = 0; r < world; ++r) {
+      files.push_back({{"rank", r}, {"name", rank_file_name(r, world)}, {"bytes", a[3 * r]},
+                       {"crc32", static_cast<uint32_t>(a[3 * r + 1])}});
+    }
+    nlohmann::json buffer_list = nlohmann::json::array(), tensor_list = nlohmann::json::array();
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      const auto& info = buffers[b];
+      buffer_list.push_back({{"key", info.key()}, {"unit", info.unit}, {"trainable", info.trainable},
+                             {"numel", info.numel}, {"padded", info.padded}, {"shard_size", info.shard_size},
+                             {"padding", info.padded - info.numel}});
+      for (const auto& p : info.params) {
+        nlohmann::json pieces = nlohmann::json::array();
+        for (int r = 0; r < world; ++r) {
+          const int64_t lo = std::max(p.offset, r * info.shard_size);
+          const int64_t hi = std::min(p.offset + p.numel, (r + 1) * info.shard_size);
+          if (lo >= hi) continue;
+          nlohmann::json offsets = nlohmann::json::object();
+          for (const char* state : {"param", "exp_avg", "exp_avg_sq"}) {
+            auto it = entry_begin.find(info.key() + "." + state);
+            if (it == entry_begin.end()) continue;
+            offsets[state] = static_cast<uint64_t>(a[3 * r + 2]) + it->second +
+                             static_cast<uint64_t>(lo - r * info.shard_size) * sizeof(float);
+          }
+          pieces.push_back({{"rank", r}, {"file", rank_file_name(r, world)}, {"begin", lo - p.offset},
+                            {"end", hi - p.offset}, {"offsets", offsets}});
+        }
+        tensor_list.push_back({{"name", p.name}, {"shape", p.shape}, {"dtype", "F32"}, {"trainable", info.trainable},
+                               {"buffer", b}, {"buffer_offset", p.offset}, {"pieces", pieces}});
+      }
+    }
+    nlohmann::json manifest = {
+        {"format", "zeroshard-checkpoint"},
+        {"version", 1},
+        {"step", options.step},
+        {"world_size", world},
+        {"strategy", strategy_name(model.strategy())},
+        {"optimizer", {{"type", "adamw"}, {"steps_taken", optim.steps_taken()}}},
+        {"data", {{"next_step", options.step + 1},
+                  {"position", "the sampler is a pure function of (data.seed, step): resuming at next_step continues "
+                               "the same batch sequence"}}},
+        {"rng", {{"cpu", "tensor 'rng.cpu' of each rank's file"}}},
+        {"config", options.config},
+        {"files", files},
+        {"buffers", buffer_list},
+        {"tensors", tensor_list}};
+    io::write_file_atomic((partial_dir / kManifestName).string(), manifest.dump(1) + "\n");
+
+    // 3. Into place, then `latest`: each step is atomic, the old checkpoint is never touched
+    //    before the new one is complete.
+    fs::path replaced;
+    if (fs::exists(final_dir)) {  // the same step saved again (e.g. a resumed run)
+      replaced = fs::path(root) / (name + ".replaced");
+      fs::remove_all(replaced);
+      fs::rename(final_dir, replaced);
+    }
+    fs::rename(partial_dir, final_dir);
+    io::fsync_directory(root);
+    io::write_file_atomic((fs::path(root) / kLatestName).string(), name + "\n");
+    if (!replaced.empty()) fs::remove_all(replaced);
+    prune(root, options.keep_last, name);
+  }
+  comm.barrier();
+  return final_dir.string();
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  const fs::path p(path);
+  if (fs::exists(p / kManifestName)) return p.string();
+  for (const fs::path& root : {p, p / "checkpoints"}) {
+    if (fs::exists(root / kLatestName)) {
+      std::ifstream in(root / kLatestName);
+      std::string name;
+      in >> name;
+      if (name.empty()) throw std::runtime_error((root / kLatestName).string() + " is empty");
+      const fs::path dir = root / name;
+      if (!fs::exists(dir / kManifestName)) {
+        throw std::runtime_error((root / kLatestName).string() + " names '" + name + "', but " +
+                                 (dir / kManifestName).string() + " does not exist");
+      }
+      return dir.string();
+    }
+  }
+  throw std::runtime_error("no checkpoint at '" + path + "': expected a checkpoint folder (with manifest.json), a "
+                           "checkpoints folder (with latest) or a run folder (with checkpoints/latest)");
+}
+
+}  // namespace zeroshard::ckpt

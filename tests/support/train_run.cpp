@@ -1,0 +1,35 @@
+#include "support/train_run.h"
+
+#include "support/spawn.h"
+
+#include <fstream>
+
+namespace zeroshard::testing {
+
+const char* const kSmallModel =
+    " --set data.source=synthetic --set model.dim=48 --set model.n_layers=2 --set model.n_heads=4"
+    " --set model.n_kv_heads=2 --set model.ffn_hidden=100 --set model.max_seq_len=32 --set train.seq_len=32"
+    " --set train.lr=0.01 --set train.min_lr=0.001 --set train.warmup_steps=3 --set run.progress=false"
+    " --set parallel.comm_timeout_s=60";
+
+TrainRun train(const std::string& args, int nproc, const std::string& tag, const std::string& dir) {
+  TrainRun r;
+  r.dir = dir.empty() ? make_temp_dir(tag) : dir;
+  const std::string cmd = std::string(ZS_BINARY) + " train --nproc " + std::to_string(nproc) + kSmallModel +
+                          " --set run.dir=" + r.dir + " " + args;
+  r.exit_code = run_command(cmd, &r.output);
+  std::ifstream in(r.dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) r.metrics.push_back(nlohmann::json::parse(line));
+  }
+  return r;
+}
+
+std::vector<std::string> loss_texts(const TrainRun& r) {
+  std::vector<std::string> out;
+  for (const auto& m : r.metrics) out.push_back(m["loss"].dump() + " " + m["grad_norm"].dump());
+  return out;
+}
+
+}  // namespace zeroshard::testing
