@@ -44,8 +44,14 @@ int cmd_train(const std::string& config_path, std::vector<std::string> overrides
   const bool inside_job = std::getenv("RANK") != nullptr;
   // Validate everything before any rank starts.
   train::TrainConfig cfg = train::load_config(config_path, overrides);
+  if (!inside_job && !cfg.resume.empty()) {
+    // Fails now if there is no checkpoint; and every rank loads the same one even if
+    // `latest` moves while they start.
+    overrides.push_back("train.resume=" + ckpt::resolve_checkpoint(cfg.resume));
+    cfg = train::load_config(config_path, overrides);
+  }
   if (!inside_job && nproc > 1) {
-    if (cfg.run_dir.empty()) overrides.push_back("run.dir=" + train::default_run_dir(cfg));
+    if (cfg.run_dir.empty() && cfg.resume.empty()) overrides.push_back("run.dir=" + train::default_run_dir(cfg));
     LaunchOptions lo;
     lo.nproc = nproc;
     lo.argv = {self_exe(), "train"};

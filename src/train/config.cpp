@@ -144,6 +144,7 @@ std::vector<Key> registry(TrainConfig& c) {
   add_bool("run.dump_batches", &c.dump_batches);
   add_bool("run.dump_final_shards", &c.dump_final_shards);
   add_bool("run.progress", &c.progress);
+  add_int("run.max_rss_mb", &c.max_rss_mb, 0, big);
   add_int("debug.fail_at_step", &c.debug_fail_at_step, 0, big);
   add_int("debug.fail_rank", &c.debug_fail_rank, 0, 1 << 20);
   add_string("debug.fail_kind", &c.debug_fail_kind, {"exception", "sigkill", "sigkill_in_save"});

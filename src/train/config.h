@@ -59,6 +59,7 @@ struct TrainConfig {
   bool dump_batches = false;   // write <run_dir>/batches.rank<r>.bin (the tokens each rank trains on)
   bool dump_final_shards = false;  // write <run_dir>/final_shard.rank<r>.bin (fp32 master shard)
   bool progress = true;
+  int64_t max_rss_mb = 0;  // > 0: a rank whose peak RSS exceeds this fails, naming the phase
 
   // Fault injection for tests: at step debug_fail_at_step (0 = off), rank debug_fail_rank
   // throws ("exception"), SIGKILLs itself ("sigkill"), or SIGKILLs itself halfway through

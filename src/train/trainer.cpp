@@ -179,6 +179,18 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
              std::to_string(resume->world_size()) + " ranks, " + resume->strategy() + ")");
     resume.reset();
   }
+  // The per-rank memory cap (run.max_rss_mb) is checked against the kernel's high-water mark
+  // of this process after each phase, so nothing that happened in between escapes it.
+  auto check_memory = [&](const std::string& phase) {
+    if (cfg.max_rss_mb <= 0) return;
+    const int64_t peak = peak_rss_bytes();
+    if (peak > cfg.max_rss_mb * (int64_t{1} << 20)) {
+      throw std::runtime_error("rank " + std::to_string(rank) + ": peak RSS " + std::to_string(peak >> 20) +
+                               " MiB exceeds run.max_rss_mb=" + std::to_string(cfg.max_rss_mb) + " after " + phase);
+    }
+  };
+  check_memory("initialization");
+  log.line("initialized: peak RSS " + std::to_string(peak_rss_bytes() >> 20) + " MiB");
   const std::string checkpoint_root = run_dir + "/checkpoints";
   int64_t last_saved = -1;
   auto save = [&](int64_t step) {
@@ -192,7 +204,9 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
     const auto t0 = Clock::now();
     const std::string dir = ckpt::save_checkpoint(checkpoint_root, *sharded, optim, so);
     last_saved = step;
-    log.line("saved " + dir + " in " + std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()) + " s");
+    log.line("saved " + dir + " in " + std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()) +
+             " s; peak RSS " + std::to_string(peak_rss_bytes() >> 20) + " MiB");
+    check_memory("saving step " + std::to_string(step));
   };
   LrSchedule schedule{cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg.steps};
   {
@@ -310,6 +324,7 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
     if (step % cfg.log_every == 0 || step == cfg.steps) {
       log.line("step " + std::to_string(step) + " loss " + exact_float(loss) + " grad_norm " + std::to_string(grad_norm));
     }
+    check_memory("step " + std::to_string(step));
     if (cfg.save_every > 0 && step % cfg.save_every == 0) save(step);
   }
   const int64_t final_step = std::max(start_step, cfg.steps);
@@ -338,8 +353,13 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
                               {"num_params", m.num_params},
                               {"largest_unit_bytes", m.largest_unit_bytes}};
     std::ofstream(run_dir + "/summary.json") << summary.dump(2) << "\n";
-    std::printf("done: %lld steps, final loss %.4f, median %.3f s/step; run dir %s\n", static_cast<long long>(cfg.steps),
-                static_cast<double>(last_loss), median, run_dir.c_str());
+    if (step_times.empty()) {
+      std::printf("done: nothing to train (resumed at step %lld of %lld); run dir %s\n",
+                  static_cast<long long>(start_step), static_cast<long long>(cfg.steps), run_dir.c_str());
+    } else {
+      std::printf("done: %lld steps, final loss %.4f, median %.3f s/step; run dir %s\n",
+                  static_cast<long long>(cfg.steps), static_cast<double>(last_loss), median, run_dir.c_str());
+    }
   }
   log.line("finished");
   return 0;
