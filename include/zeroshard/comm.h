@@ -41,6 +41,9 @@ struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // Limit for all ranks to join (process start-up differs between ranks).
   std::chrono::milliseconds rendezvous_timeout{std::chrono::seconds(300)};
+  // Debug: before every collective the ranks compare what they are about to call (see
+  // with_desync_check); a mismatch fails naming the collective and each rank's call.
+  bool check_desync = false;
 };
 
 // Where and how the ranks of one job meet. Filled from the torchrun/Slurm environment
@@ -104,7 +107,16 @@ std::shared_ptr<Communicator> make_local_communicator();
 std::shared_ptr<Communicator> make_gloo_communicator(const RendezvousInfo& info,
                                                      const CommOptions& options = {});
 
-// The backend for this job: local for one rank, Gloo otherwise.
+// Wraps a communicator so that before each collective every rank all-gathers a fingerprint
+// of its call (operation, sequence number, element counts, dtype, root) and compares them:
+// ranks that diverge (a collective skipped or added on one rank, another size) get a
+// CommError naming the first mismatching collective and every rank's call, instead of a hang
+// or silently mixed data. Costs one small all-gather per collective; issues collectives
+// synchronously.
+std::shared_ptr<Communicator> with_desync_check(std::shared_ptr<Communicator> inner);
+
+// The backend for this job: local for one rank, Gloo otherwise (wrapped by
+// with_desync_check when options.check_desync).
 std::shared_ptr<Communicator> make_communicator(const RendezvousInfo& info,
                                                 const CommOptions& options = {});
 

@@ -19,10 +19,14 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;                            // 0: pick a free port
   std::chrono::milliseconds grace{5000};          // SIGTERM -> SIGKILL delay for survivors
+  // After forwarding SIGINT/SIGTERM: how long the ranks may take to finish the step and
+  // save before they are killed (a second signal kills them at once).
+  std::chrono::milliseconds signal_grace{600000};
 };
 
 // Runs the ranks to completion. Returns 0 when all succeed, otherwise the failing rank's
-// exit code (128 + signal for a signal), after the other ranks have been stopped.
+// exit code (128 + signal for a signal), after the other ranks have been stopped. SIGINT and
+// SIGTERM are forwarded to the ranks once; then the ranks' own exit code is returned.
 int launch_local(const LaunchOptions& options);
 
 // A TCP port that was free on this host a moment ago.

@@ -129,6 +129,9 @@ class ShardedModel {
   // Called by the optimizer after updating the master shards: makes the compute
   // parameters current (all-gather for optim / optim_grads) and clears gradients.
   void after_optimizer_step();
+  // Instead of an optimizer step (e.g. a step skipped for a non-finite loss): drops the
+  // accumulated gradients; parameters stay as they are.
+  void discard_gradients();
 
   Strategy strategy() const { return options_.strategy; }
   Communicator& comm() const { return *comm_; }

@@ -44,10 +44,14 @@ int cmd_train(const std::string& config_path, std::vector<std::string> overrides
   const bool inside_job = std::getenv("RANK") != nullptr;
   // Validate everything before any rank starts.
   train::TrainConfig cfg = train::load_config(config_path, overrides);
+  {
+    train::TrainConfig sized = cfg;  // the launched ranks apply it again
+    train::apply_world_size(sized, inside_job ? rdv.world_size : nproc);
+  }
   if (!inside_job && !cfg.resume.empty()) {
-    // Fails now if there is no checkpoint; and every rank loads the same one even if
-    // `latest` moves while they start.
-    overrides.push_back("train.resume=" + ckpt::resolve_checkpoint(cfg.resume));
+    // Fails now, before any rank starts, if there is no checkpoint or it is another model's;
+    // and every rank loads the same one even if `latest` moves while they start.
+    overrides.push_back("train.resume=" + train::checked_resume_checkpoint(cfg));
     cfg = train::load_config(config_path, overrides);
   }
   if (!inside_job && nproc > 1) {

@@ -161,7 +161,8 @@ std::shared_ptr<Communicator> make_local_communicator() { return std::make_share
 
 std::shared_ptr<Communicator> make_communicator(const RendezvousInfo& info, const CommOptions& options) {
   if (info.world_size == 1) return make_local_communicator();
-  return make_gloo_communicator(info, options);
+  auto comm = make_gloo_communicator(info, options);
+  return options.check_desync ? with_desync_check(std::move(comm)) : comm;
 }
 
 }  // namespace zeroshard

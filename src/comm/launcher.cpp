@@ -21,8 +21,12 @@
 namespace zeroshard {
 namespace {
 
-volatile sig_atomic_t g_forward_signal = 0;
-void on_signal(int sig) { g_forward_signal = sig; }
+volatile sig_atomic_t g_forward_signal = 0;  // the first SIGINT/SIGTERM received
+volatile sig_atomic_t g_signal_count = 0;
+void on_signal(int sig) {
+  if (g_signal_count == 0) g_forward_signal = sig;
+  g_signal_count = g_signal_count + 1;
+}
 
 struct Child {
   int rank = 0;
@@ -97,6 +101,9 @@ int launch_local(const LaunchOptions& options) {
     pid_t pid = fork();
     if (pid < 0) throw std::runtime_error(std::string("launch: fork: ") + std::strerror(errno));
     if (pid == 0) {
+      // Own process group: a terminal's Ctrl-C reaches the launcher only, which forwards it
+      // once (a rank that got it twice would abort instead of stopping cleanly).
+      setpgid(0, 0);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
       dup2(fds[1], STDERR_FILENO);
@@ -126,10 +133,15 @@ int launch_local(const LaunchOptions& options) {
   }
 
   using Clock = std::chrono::steady_clock;
+  // Exit 0, or 130 after a forwarded SIGINT (a rank that stopped cleanly), is no failure.
+  auto expected_exit = [](int status) {
+    const int code = exit_code_of(status);
+    return code == 0 || (g_forward_signal == SIGINT && code == 130 && WIFEXITED(status));
+  };
   Clock::time_point first_failure_at{};
   int failed_rank = -1;
   int failed_status = 0;
-  bool stopping = false;
+  bool stopping = false, forwarded = false, killed_on_second_signal = false;
   auto stop_deadline = std::chrono::steady_clock::now();
   int running = options.nproc;
   int open_pipes = options.nproc;
@@ -166,7 +178,7 @@ int launch_local(const LaunchOptions& options) {
         c.exited = true;
         c.status = status;
         --running;
-        if (exit_code_of(status) != 0 && !stopping && first_failure_at == Clock::time_point{}) {
+        if (!expected_exit(status) && !stopping && first_failure_at == Clock::time_point{}) {
           first_failure_at = Clock::now();
         }
       }
@@ -176,7 +188,7 @@ int launch_local(const LaunchOptions& options) {
     if (!stopping && first_failure_at != Clock::time_point{} &&
         (running == 0 || Clock::now() - first_failure_at > std::chrono::milliseconds(1500))) {
       for (const auto& c : children) {
-        if (!c.exited || exit_code_of(c.status) == 0) continue;
+        if (!c.exited || expected_exit(c.status)) continue;
         const bool own_reason = exit_code_of(c.status) != kExitPeerLost;
         if (failed_rank < 0 || (own_reason && exit_code_of(children[failed_rank].status) == kExitPeerLost)) {
           failed_rank = c.rank;
@@ -184,10 +196,18 @@ int launch_local(const LaunchOptions& options) {
         }
       }
     }
-    if (g_forward_signal != 0 && !stopping) {
+    // First signal: the ranks finish their step (and save), then exit by themselves.
+    // Second signal: kill them now.
+    if (g_forward_signal != 0 && !forwarded) {
       for (auto& c : children) if (!c.exited) kill(c.pid, g_forward_signal);
+      forwarded = true;
       stopping = true;
-      stop_deadline = std::chrono::steady_clock::now() + options.grace * 2;
+      stop_deadline = std::chrono::steady_clock::now() + options.signal_grace;
+    }
+    if (g_signal_count >= 2 && !killed_on_second_signal) {
+      std::fprintf(stderr, "zeroshard launch: second signal: killing the ranks\n");
+      for (auto& c : children) if (!c.exited) kill(c.pid, SIGKILL);
+      killed_on_second_signal = true;
     }
     if (failed_rank >= 0 && !stopping) {
       std::fprintf(stderr, "zeroshard launch: rank %d failed (%s); stopping the other ranks\n", failed_rank,
@@ -227,9 +247,14 @@ int launch_local(const LaunchOptions& options) {
     return exit_code_of(failed_status);
   }
   if (g_forward_signal != 0) {
-    int sig = g_forward_signal;
+    const int sig = g_forward_signal;
     g_forward_signal = 0;
-    return 128 + sig;
+    g_signal_count = 0;
+    // Ranks that stopped cleanly: their code (130 for SIGINT, 0 for SIGTERM); else 128 + sig.
+    for (const auto& c : children) {
+      if (!WIFEXITED(c.status)) return 128 + sig;
+    }
+    return exit_code_of(children[0].status);
   }
   for (const auto& c : children) {
     if (exit_code_of(c.status) != 0) return exit_code_of(c.status);

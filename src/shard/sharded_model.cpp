@@ -323,6 +323,11 @@ void ShardedModel::after_optimizer_step() {
   micro_batches_ = 0;
 }
 
+void ShardedModel::discard_gradients() {
+  for (auto& u : units_) u->grad_has_data = false;
+  micro_batches_ = 0;
+}
+
 void ShardedModel::for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) {
   at::NoGradGuard no_grad;
   for (auto& u : units_) {

@@ -112,6 +112,7 @@ std::vector<Key> registry(TrainConfig& c) {
   add_int("train.steps", &c.steps, 1, big);
   add_int("train.micro_batch_size", &c.micro_batch_size, 1, 1 << 20);
   add_int("train.grad_accum", &c.grad_accum, 1, 1 << 20);
+  add_int("train.global_batch_size", &c.global_batch_size, 0, 1 << 30);
   add_int("train.seq_len", &c.seq_len, 1, 1 << 20);
   add_float("train.lr", &c.lr, 0.0, 10.0);
   add_float("train.min_lr", &c.min_lr, 0.0, 10.0);
@@ -126,6 +127,8 @@ std::vector<Key> registry(TrainConfig& c) {
   add_int("train.save_every", &c.save_every, 0, big);
   add_int("train.keep_last", &c.keep_last, 0, big);
   add_bool("train.save_final", &c.save_final);
+  add_bool("train.save_on_signal", &c.save_on_signal);
+  add_string("train.on_nonfinite", &c.on_nonfinite, {"abort", "skip"});
   add_string("train.resume", &c.resume, {});
   keys.push_back({"parallel.strategy", "string",
                   // parse_strategy accepts the zero-stage aliases and lists the valid names.
@@ -147,7 +150,8 @@ std::vector<Key> registry(TrainConfig& c) {
   add_int("run.max_rss_mb", &c.max_rss_mb, 0, big);
   add_int("debug.fail_at_step", &c.debug_fail_at_step, 0, big);
   add_int("debug.fail_rank", &c.debug_fail_rank, 0, 1 << 20);
-  add_string("debug.fail_kind", &c.debug_fail_kind, {"exception", "sigkill", "sigkill_in_save"});
+  add_bool("debug.check_desync", &c.check_desync);
+  add_string("debug.fail_kind", &c.debug_fail_kind, {"exception", "sigkill", "sigkill_in_save", "nan", "desync"});
   return keys;
 }
 
@@ -307,6 +311,24 @@ void validate(TrainConfig& c) {
   if (c.min_lr > c.lr) {
     throw std::invalid_argument("train.min_lr (" + to_text(c.min_lr) + ") exceeds train.lr (" + to_text(c.lr) + ")");
   }
+}
+
+void apply_world_size(TrainConfig& c, int world_size) {
+  if (c.global_batch_size <= 0) return;
+  const int64_t per_micro = static_cast<int64_t>(world_size) * c.micro_batch_size;
+  if (c.global_batch_size % per_micro != 0) {
+    throw std::invalid_argument("train.global_batch_size=" + std::to_string(c.global_batch_size) +
+                                " is not a multiple of world size " + std::to_string(world_size) +
+                                " x train.micro_batch_size " + std::to_string(c.micro_batch_size) + " = " +
+                                std::to_string(per_micro));
+  }
+  const int64_t accum = c.global_batch_size / per_micro;
+  if (c.grad_accum != 1 && c.grad_accum != accum) {
+    throw std::invalid_argument("train.grad_accum=" + std::to_string(c.grad_accum) + " contradicts train.global_batch_size=" +
+                                std::to_string(c.global_batch_size) + " (which needs " + std::to_string(accum) +
+                                " at world size " + std::to_string(world_size) + "); set only one of them");
+  }
+  c.grad_accum = accum;
 }
 
 std::vector<std::pair<std::string, std::string>> config_items(const TrainConfig& c) {

@@ -25,6 +25,7 @@ struct TrainConfig {
   int64_t steps = 200;
   int64_t micro_batch_size = 8;
   int64_t grad_accum = 1;
+  int64_t global_batch_size = 0;  // sequences per step over all ranks; > 0 derives grad_accum
   int64_t seq_len = 128;
   double lr = 3e-3;
   double min_lr = 3e-4;
@@ -41,6 +42,8 @@ struct TrainConfig {
   int64_t save_every = 0;   // optimizer steps between saves; 0 = only the final save
   int64_t keep_last = 0;    // keep this many newest checkpoints; 0 = all
   bool save_final = true;   // save after the last step
+  bool save_on_signal = true;  // SIGINT/SIGTERM: save after the step before exiting
+  std::string on_nonfinite = "abort";  // a NaN/Inf loss or gradient norm: "abort" or "skip" the step
   std::string resume;       // a checkpoint, checkpoints folder or run folder to continue from
   std::string init_from;    // model.init_from: a safetensors file with every parameter
 
@@ -62,11 +65,12 @@ struct TrainConfig {
   int64_t max_rss_mb = 0;  // > 0: a rank whose peak RSS exceeds this fails, naming the phase
 
   // Fault injection for tests: at step debug_fail_at_step (0 = off), rank debug_fail_rank
-  // throws ("exception"), SIGKILLs itself ("sigkill"), or SIGKILLs itself halfway through
-  // writing its checkpoint file of that step ("sigkill_in_save").
+  // throws ("exception"), SIGKILLs itself ("sigkill"), SIGKILLs itself halfway through
+  // writing its checkpoint file of that step ("sigkill_in_save"), or makes its loss NaN ("nan").
   int64_t debug_fail_at_step = 0;
   int64_t debug_fail_rank = 0;
-  std::string debug_fail_kind = "exception";
+  std::string debug_fail_kind = "exception";  // ... or "desync": an extra barrier on that rank
+  bool check_desync = false;  // debug.check_desync: ranks compare each collective before running it
 
   std::string config_path;  // the file it was loaded from, if any
 };
@@ -81,6 +85,10 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
 
 // Cross-field checks (strategy names, alias agreement, sequence vs model length...).
 void validate(TrainConfig& c);
+
+// Checks that need the world size: train.global_batch_size must be a multiple of
+// world_size * micro_batch_size (it then sets grad_accum). Throws naming the keys and values.
+void apply_world_size(TrainConfig& c, int world_size);
 
 // Every key with its current value, in declaration order.
 std::vector<std::pair<std::string, std::string>> config_items(const TrainConfig& c);

@@ -6,6 +6,7 @@
 #include "io/safetensors.h"
 #include "models/llama/llama.h"
 #include "train/metrics.h"
+#include "train/stop_signal.h"
 #include "zeroshard/nn/deferred.h"
 #include "zeroshard/optim.h"
 #include "zeroshard/shard.h"
@@ -21,12 +22,35 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 namespace zeroshard::train {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+std::string checked_resume_checkpoint(const TrainConfig& cfg) {
+  const ckpt::Checkpoint ck(ckpt::resolve_checkpoint(cfg.resume));
+  // Every model.* key must agree (shapes alone would miss e.g. rope_theta).
+  const nlohmann::json saved = ck.config().value("model", nlohmann::json::object());
+  nlohmann::json now = config_to_json(cfg, 0)["model"];
+  now.erase("init_from");
+  std::string diffs;
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    if (saved.contains(it.key()) && saved[it.key()] != it.value()) {
+      diffs += "\n  model." + it.key() + ": checkpoint " + saved[it.key()].dump() + ", this run " + it.value().dump();
+    }
+  }
+  if (!diffs.empty()) {
+    throw std::invalid_argument("train.resume: checkpoint " + ck.dir() + " was saved from another model:" + diffs);
+  }
+  if (ck.step() > cfg.steps) {
+    throw std::invalid_argument("train.resume: checkpoint " + ck.dir() + " is at step " + std::to_string(ck.step()) +
+                                ", past train.steps=" + std::to_string(cfg.steps));
+  }
+  return ck.dir();
+}
 
 std::string default_run_dir(const TrainConfig& c) {
   const std::string stem = c.config_path.empty() ? "default" : fs::path(c.config_path).stem().string();
@@ -48,39 +72,12 @@ std::string agree_on_string(Communicator& comm, const std::string& mine) {
   return std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel()));
 }
 
-// Sum of one double per rank, added in rank order: identical on every rank.
-double sum_over_ranks(Communicator& comm, double mine) {
-  at::Tensor all = at::empty({comm.world_size()}, at::kDouble);
-  comm.all_gather(at::full({1}, mine, at::kDouble), all);
-  double total = 0.0;
-  for (int r = 0; r < comm.world_size(); ++r) total += all.data_ptr<double>()[r];
-  return total;
-}
-
 std::string human_count(double x) {
   char buf[32];
   if (x >= 1e6) std::snprintf(buf, sizeof(buf), "%.2fM", x / 1e6);
   else if (x >= 1e3) std::snprintf(buf, sizeof(buf), "%.1fk", x / 1e3);
   else std::snprintf(buf, sizeof(buf), "%.0f", x);
   return buf;
-}
-
-// A resumed run must build the same model: every model.* key equal (shapes alone would miss
-// e.g. rope_theta).
-void check_same_model(const ckpt::Checkpoint& ck, const TrainConfig& cfg) {
-  const nlohmann::json saved = ck.config().value("model", nlohmann::json::object());
-  nlohmann::json now = config_to_json(cfg, 0)["model"];
-  now.erase("init_from");
-  std::string diffs;
-  for (auto it = now.begin(); it != now.end(); ++it) {
-    if (!saved.contains(it.key())) continue;
-    if (saved[it.key()] != it.value()) {
-      diffs += "\n  model." + it.key() + ": checkpoint " + saved[it.key()].dump() + ", this run " + it.value().dump();
-    }
-  }
-  if (!diffs.empty()) {
-    throw std::invalid_argument("train.resume: checkpoint " + ck.dir() + " was saved from another model:" + diffs);
-  }
 }
 
 // Keeps the lines of an earlier metrics.jsonl up to `step` (a resumed run continues it).
@@ -102,7 +99,10 @@ void truncate_metrics(const std::string& path, int64_t step) {
 
 }  // namespace
 
-int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
+int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
+  StopSignal stop_signal;  // SIGINT/SIGTERM: stop after the step on every rank
+  TrainConfig cfg = config;
+  apply_world_size(cfg, rdv.world_size);
   const int threads = cfg.threads > 0 ? static_cast<int>(cfg.threads)
                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                                         std::max(1, rdv.local_world_size));
@@ -111,17 +111,13 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
   CommOptions comm_options;
   comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout_s * 1000));
   comm_options.rendezvous_timeout = std::max(comm_options.timeout, std::chrono::milliseconds(30000));
+  comm_options.check_desync = cfg.check_desync;
   auto comm = make_communicator(rdv, comm_options);
   const int rank = comm->rank(), world = comm->world_size();
 
   std::unique_ptr<ckpt::Checkpoint> resume;
   if (!cfg.resume.empty()) {
-    resume = std::make_unique<ckpt::Checkpoint>(ckpt::resolve_checkpoint(cfg.resume));
-    check_same_model(*resume, cfg);
-    if (resume->step() > cfg.steps) {
-      throw std::invalid_argument("train.resume: checkpoint " + resume->dir() + " is at step " +
-                                  std::to_string(resume->step()) + ", past train.steps=" + std::to_string(cfg.steps));
-    }
+    resume = std::make_unique<ckpt::Checkpoint>(checked_resume_checkpoint(cfg));
   }
   const int64_t start_step = resume ? resume->step() : 0;
 
@@ -244,88 +240,148 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
   std::vector<double> step_times;
   const auto job_start = Clock::now();
   float last_loss = 0.0f;
+  int64_t skipped_steps = 0, stopped_at = 0;
+  int stop_requested = 0;
 
-  for (int64_t step = start_step + 1; step <= cfg.steps; ++step) {
-    const auto t0 = Clock::now();
-    sharded->reset_gathered_peak();
-    double loss_sum = 0.0;
-    if (cfg.debug_fail_at_step == step && cfg.debug_fail_rank == rank) {
-      if (cfg.debug_fail_kind == "exception") {
-        throw std::runtime_error("injected failure (debug.fail_at_step=" + std::to_string(step) + ") on rank " +
-                                 std::to_string(rank));
+  int64_t current_step = start_step;
+  try {
+    for (int64_t step = start_step + 1; step <= cfg.steps; ++step) {
+      current_step = step;
+      const auto t0 = Clock::now();
+      sharded->reset_gathered_peak();
+      double loss_sum = 0.0;
+      if (cfg.debug_fail_at_step == step && cfg.debug_fail_rank == rank) {
+        if (cfg.debug_fail_kind == "exception") {
+          throw std::runtime_error("injected failure (debug.fail_at_step=" + std::to_string(step) + ") on rank " +
+                                   std::to_string(rank));
+        }
+        if (cfg.debug_fail_kind == "desync") comm->barrier();  // a collective the other ranks do not call
+        if (cfg.debug_fail_kind == "sigkill") {
+          std::fprintf(stderr, "rank %d: injected SIGKILL at step %lld\n", rank, static_cast<long long>(step));
+          std::fflush(stderr);
+          std::raise(SIGKILL);
+        }
       }
-      if (cfg.debug_fail_kind == "sigkill") {
-        std::fprintf(stderr, "rank %d: injected SIGKILL at step %lld\n", rank, static_cast<long long>(step));
-        std::fflush(stderr);
-        std::raise(SIGKILL);
+      for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
+        at::Tensor batch = sampler.batch(step - 1, micro);
+        at::Tensor inputs = batch.narrow(1, 0, cfg.seq_len);
+        at::Tensor targets = batch.narrow(1, 1, cfg.seq_len);
+        at::Tensor loss = models::lm_loss(model->forward(inputs), targets);
+        if (cfg.debug_fail_kind == "nan" && cfg.debug_fail_at_step == step && cfg.debug_fail_rank == rank) {
+          loss = loss * std::numeric_limits<float>::quiet_NaN();
+        }
+        sharded->backward(loss);
+        loss_sum += static_cast<double>(loss.item<float>());
       }
-    }
-    for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
-      at::Tensor batch = sampler.batch(step - 1, micro);
-      at::Tensor inputs = batch.narrow(1, 0, cfg.seq_len);
-      at::Tensor targets = batch.narrow(1, 1, cfg.seq_len);
-      at::Tensor loss = models::lm_loss(model->forward(inputs), targets);
-      sharded->backward(loss);
-      loss_sum += static_cast<double>(loss.item<float>());
-    }
-    const double grad_norm = sharded->finish_gradients(cfg.clip_grad_norm);
-    const double lr = schedule.at(step);
-    optim.step(lr);
-    const float loss = static_cast<float>(sum_over_ranks(*comm, loss_sum) / static_cast<double>(world * cfg.grad_accum));
-    const double step_time = std::chrono::duration<double>(Clock::now() - t0).count();
-    step_times.push_back(step_time);
-    last_loss = loss;
-    if (!std::isfinite(loss)) {
-      throw std::runtime_error("non-finite loss " + exact_float(loss) + " at step " + std::to_string(step));
-    }
-
-    // Per-rank memory figures, gathered so rank 0 can log all of them.
-    const MemoryStats m = sharded->memory();
-    at::Tensor mine = at::tensor({m.params_bytes, m.grads_bytes, m.optim_bytes, m.gathered_peak_bytes, peak_rss_bytes()},
-                                 at::kLong);
-    at::Tensor all = at::empty({world * 5}, at::kLong);
-    comm->all_gather(mine, all);
-    if (rank == 0) {
-      const int64_t* a = all.data_ptr<int64_t>();
-      nlohmann::json per_rank = nlohmann::json::array();
+      // Every rank sees every rank's loss and the global gradient norm, so all decide alike.
+      at::Tensor rank_losses = at::empty({world}, at::kDouble);
+      comm->all_gather(at::full({1}, loss_sum, at::kDouble), rank_losses);
+      double total_loss = 0.0;
+      std::string bad_ranks;
       for (int r = 0; r < world; ++r) {
-        per_rank.push_back({{"rank", r}, {"mem_params_bytes", a[r * 5]}, {"mem_grads_bytes", a[r * 5 + 1]},
-                            {"mem_optim_bytes", a[r * 5 + 2]}, {"mem_gathered_peak_bytes", a[r * 5 + 3]},
-                            {"rss_peak_bytes", a[r * 5 + 4]}});
+        const double l = rank_losses.data_ptr<double>()[r];
+        total_loss += l;
+        if (!std::isfinite(l)) bad_ranks += (bad_ranks.empty() ? "" : ", ") + std::to_string(r);
       }
-      nlohmann::json line = {{"step", step},
-                             {"loss", static_cast<double>(loss)},
-                             {"lr", lr},
-                             {"grad_norm", grad_norm},
-                             {"step_time_s", step_time},
-                             {"tokens_per_s", tokens_per_step / step_time},
-                             {"mem_params_bytes", a[0]},
-                             {"mem_grads_bytes", a[1]},
-                             {"mem_optim_bytes", a[2]},
-                             {"mem_gathered_peak_bytes", a[3]},
-                             {"rss_peak_bytes", a[4]},
-                             {"ranks", per_rank}};
-      metrics->write(line);
-      const double elapsed = std::chrono::duration<double>(Clock::now() - job_start).count();
-      const double eta = elapsed / static_cast<double>(step - start_step) * static_cast<double>(cfg.steps - step);
-      char text[256];
-      std::snprintf(text, sizeof(text), "step %lld/%lld | loss %.4f | %s tok/s | %.3f s/step | ETA %.0fs",
-                    static_cast<long long>(step), static_cast<long long>(cfg.steps), static_cast<double>(loss),
-                    human_count(tokens_per_step / step_time).c_str(), step_time, eta);
-      if (cfg.progress && tty) {
-        std::printf("\r%-100s", text);
-        if (step == cfg.steps) std::printf("\n");
-        std::fflush(stdout);
-      } else if (cfg.progress && (step % cfg.log_every == 0 || step == 1 || step == cfg.steps)) {
-        std::printf("%s\n", text);
-        std::fflush(stdout);
+      const float loss = static_cast<float>(total_loss / static_cast<double>(world * cfg.grad_accum));
+      const double grad_norm = sharded->finish_gradients(cfg.clip_grad_norm);
+      const double lr = schedule.at(step);
+      const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
+      if (!finite && cfg.on_nonfinite == "abort") {
+        throw std::runtime_error("non-finite loss " + exact_float(loss) + " / gradient norm " + std::to_string(grad_norm) +
+                                 " at step " + std::to_string(step) +
+                                 (bad_ranks.empty() ? std::string() : " (from rank " + bad_ranks + ")") +
+                                 "; train.on_nonfinite=abort (skip would drop such steps)");
+      }
+      if (finite) {
+        optim.step(lr);
+        last_loss = loss;
+      } else {
+        sharded->discard_gradients();
+        ++skipped_steps;
+        log.line("step " + std::to_string(step) + " skipped: non-finite loss " + exact_float(loss) + " from rank " +
+                 bad_ranks + " (train.on_nonfinite=skip)");
+      }
+      const double step_time = std::chrono::duration<double>(Clock::now() - t0).count();
+      step_times.push_back(step_time);
+
+      // Per-rank memory figures, gathered so rank 0 can log all of them.
+      const MemoryStats m = sharded->memory();
+      // The same gather carries each rank's stop request (SIGINT/SIGTERM): all stop together.
+      constexpr int kFields = 6;
+      at::Tensor mine = at::tensor({m.params_bytes, m.grads_bytes, m.optim_bytes, m.gathered_peak_bytes, peak_rss_bytes(),
+                                    static_cast<int64_t>(StopSignal::pending())},
+                                   at::kLong);
+      at::Tensor all = at::empty({world * kFields}, at::kLong);
+      comm->all_gather(mine, all);
+      const int64_t* a = all.data_ptr<int64_t>();
+      for (int r = 0; r < world && stop_requested == 0; ++r) stop_requested = static_cast<int>(a[r * kFields + 5]);
+      if (rank == 0) {
+        nlohmann::json per_rank = nlohmann::json::array();
+        for (int r = 0; r < world; ++r) {
+          const int64_t* f = a + r * kFields;
+          per_rank.push_back({{"rank", r}, {"mem_params_bytes", f[0]}, {"mem_grads_bytes", f[1]},
+                              {"mem_optim_bytes", f[2]}, {"mem_gathered_peak_bytes", f[3]}, {"rss_peak_bytes", f[4]}});
+        }
+        nlohmann::json line = {{"step", step},
+                               {"loss", static_cast<double>(loss)},
+                               {"lr", lr},
+                               {"grad_norm", grad_norm},
+                               {"step_time_s", step_time},
+                               {"tokens_per_s", tokens_per_step / step_time},
+                               {"mem_params_bytes", a[0]},
+                               {"mem_grads_bytes", a[1]},
+                               {"mem_optim_bytes", a[2]},
+                               {"mem_gathered_peak_bytes", a[3]},
+                               {"rss_peak_bytes", a[4]},
+                               {"skipped", !finite},
+                               {"ranks", per_rank}};
+        metrics->write(line);
+        const double elapsed = std::chrono::duration<double>(Clock::now() - job_start).count();
+        const double eta = elapsed / static_cast<double>(step - start_step) * static_cast<double>(cfg.steps - step);
+        char text[256];
+        std::snprintf(text, sizeof(text), "step %lld/%lld | loss %.4f | %s tok/s | %.3f s/step | ETA %.0fs",
+                      static_cast<long long>(step), static_cast<long long>(cfg.steps), static_cast<double>(loss),
+                      human_count(tokens_per_step / step_time).c_str(), step_time, eta);
+        if (cfg.progress && tty) {
+          // A bar on a terminal, redrawn in place.
+          const int width = 24;
+          const int filled = static_cast<int>(width * step / std::max<int64_t>(1, cfg.steps));
+          const std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
+          std::printf("\r[%s] %3d%% %-100s", bar.c_str(), static_cast<int>(100 * step / std::max<int64_t>(1, cfg.steps)), text);
+          if (step == cfg.steps) std::printf("\n");
+          std::fflush(stdout);
+        } else if (cfg.progress && (step % cfg.log_every == 0 || step == 1 || step == cfg.steps)) {
+          std::printf("%s\n", text);
+          std::fflush(stdout);
+        }
+      }
+      if (step % cfg.log_every == 0 || step == cfg.steps) {
+        log.line("step " + std::to_string(step) + " loss " + exact_float(loss) + " grad_norm " + std::to_string(grad_norm));
+      }
+      check_memory("step " + std::to_string(step));
+      if (cfg.save_every > 0 && step % cfg.save_every == 0) save(step);
+      if (stop_requested != 0) {
+        stopped_at = step;
+        break;
       }
     }
-    if (step % cfg.log_every == 0 || step == cfg.steps) {
-      log.line("step " + std::to_string(step) + " loss " + exact_float(loss) + " grad_norm " + std::to_string(grad_norm));
+  } catch (const CommError& e) {
+    // A lost or stalled peer: say at which step (the checkpoint to resume from is the last save).
+    throw CommError(std::string(e.what()) + " [during step " + std::to_string(current_step) + "; last checkpoint: " +
+                    (last_saved >= 0 ? "step " + std::to_string(last_saved) : std::string("none")) + "]");
+  }
+  if (stopped_at > 0) {
+    const std::string name = stop_requested == SIGINT ? "SIGINT" : "SIGTERM";
+    log.line(name + ": stopped after step " + std::to_string(stopped_at));
+    if (cfg.save_on_signal && last_saved != stopped_at) save(stopped_at);
+    if (rank == 0) {
+      std::printf("\nstopped by %s after step %lld%s; resume with --resume %s\n", name.c_str(),
+                  static_cast<long long>(stopped_at), cfg.save_on_signal ? " (saved)" : "", run_dir.c_str());
     }
-    check_memory("step " + std::to_string(step));
-    if (cfg.save_every > 0 && step % cfg.save_every == 0) save(step);
+    comm->barrier();
+    log.line("finished (stopped)");
+    return stop_requested == SIGINT ? 130 : 0;
   }
   const int64_t final_step = std::max(start_step, cfg.steps);
   if (cfg.save_final && last_saved != final_step) save(final_step);
@@ -348,6 +404,7 @@ int run_training(const TrainConfig& cfg, const RendezvousInfo& rdv) {
                               {"strategy", cfg.strategy},
                               {"steps", cfg.steps},
                               {"final_loss", static_cast<double>(last_loss)},
+                              {"skipped_steps", skipped_steps},
                               {"median_step_time_s", median},
                               {"tokens_per_s", tokens_per_s},
                               {"num_params", m.num_params},

@@ -86,3 +86,25 @@ TEST(Config, ZeroStageAliasAndItsConflicts) {
   EXPECT_EQ(load_config(f, {"parallel.zero_stage=3"}).strategy, "optim_grads_params");
   EXPECT_EQ(load_config(f, {}).strategy, "optim");
 }
+
+TEST(Config, GlobalBatchMustDivideByRanksTimesMicroBatch) {
+  auto c = load_config("", {"train.global_batch_size=24", "train.micro_batch_size=4"});
+  TrainConfig at3 = c;
+  apply_world_size(at3, 3);
+  EXPECT_EQ(at3.grad_accum, 2);
+  TrainConfig at4 = c;
+  EXPECT_EQ(error_of([&] { apply_world_size(at4, 4); }),
+            "train.global_batch_size=24 is not a multiple of world size 4 x train.micro_batch_size 4 = 16");
+  auto both = load_config("", {"train.global_batch_size=24", "train.micro_batch_size=4", "train.grad_accum=3"});
+  EXPECT_NE(error_of([&] { apply_world_size(both, 3); }).find("contradicts"), std::string::npos);
+}
+
+TEST(Config, CheckpointAndFaultKeysAreValidated) {
+  EXPECT_NE(error_of([] { load_config("", {"train.on_nonfinite=ignore"}); }).find("expected one of: abort skip"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_config("", {"train.save_evry=5"}); }).find("did you mean 'train.save_every'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_config("", {"model.init_from=/nonexistent.safetensors"}); })
+                .find("model.init_from: file '/nonexistent.safetensors' does not exist"),
+            std::string::npos);
+}
