@@ -141,6 +141,10 @@ class ShardedModel {
 
   MemoryStats memory() const;
   void reset_gathered_peak();
+  // Seconds the calling (compute) thread spent blocked on collectives since the last reset:
+  // the communication that overlap did not hide.
+  double exposed_comm_seconds() const { return exposed_comm_s_; }
+  void reset_exposed_comm() { exposed_comm_s_ = 0.0; }
   void set_optimizer_state_bytes(int64_t bytes) { optim_bytes_ = bytes; }
 
   // Internal API for the optimizer and checkpointing: the trainable flat buffers' local
@@ -186,6 +190,10 @@ class ShardedModel {
   int64_t gathered_bytes_ = 0;
   int64_t gathered_peak_ = 0;
   int64_t optim_bytes_ = 0;
+  double exposed_comm_s_ = 0.0;
+  // Runs fn (which blocks on communication) and adds its duration to exposed_comm_s_.
+  template <class Fn>
+  void blocking_comm(Fn&& fn);
 };
 
 std::shared_ptr<ShardedModel> fully_shard(std::shared_ptr<torch::nn::Module> module,

@@ -114,10 +114,15 @@ class Checkpoint {
   std::unique_ptr<OpenFiles> open_;
 };
 
-// One consolidated safetensors file from a checkpoint (no ranks needed), streaming tensor by
+// A consolidated safetensors export of a checkpoint (no ranks needed), streaming tensor by
 // tensor: `state` is "param" (the weights) or an optimizer state; dtype kFloat or kBFloat16.
-void export_safetensors(const std::string& checkpoint_dir, const std::string& out_path, at::ScalarType dtype,
-                        const std::string& state = "param");
+// With max_file_bytes > 0, out_path "x/model.safetensors" becomes files
+// "x/model-00001-of-0000N.safetensors" of at most that size (a larger tensor gets a file of
+// its own) plus "x/model.safetensors.index.json" mapping each tensor to its file.
+// Returns the files written (the index last).
+std::vector<std::string> export_safetensors(const std::string& checkpoint_dir, const std::string& out_path,
+                                            at::ScalarType dtype, const std::string& state = "param",
+                                            uint64_t max_file_bytes = 0);
 
 // What `zeroshard inspect` prints; returns false when a file is missing or damaged.
 bool describe(const std::string& checkpoint_dir, std::string* text, bool list_tensors = true);

@@ -1,15 +1,17 @@
 // Offline tools on a checkpoint (no ranks): consolidated safetensors export and inspect.
 #include "checkpoint/checkpoint.h"
 
+#include "io/file.h"
 #include "io/safetensors.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 namespace zeroshard::ckpt {
 
-void export_safetensors(const std::string& checkpoint_dir, const std::string& out_path, at::ScalarType dtype,
-                        const std::string& state) {
+std::vector<std::string> export_safetensors(const std::string& checkpoint_dir, const std::string& out_path,
+                                            at::ScalarType dtype, const std::string& state, uint64_t max_file_bytes) {
   if (dtype != at::kFloat && dtype != at::kBFloat16) {
     throw std::invalid_argument("export: dtype must be fp32 or bf16");
   }
@@ -17,22 +19,60 @@ void export_safetensors(const std::string& checkpoint_dir, const std::string& ou
     throw std::invalid_argument("export: state must be param, exp_avg or exp_avg_sq, got '" + state + "'");
   }
   Checkpoint ck(checkpoint_dir);
-  std::vector<io::TensorEntry> entries;
-  std::vector<const TensorRecord*> records;
+  // Tensors in manifest order, cut into files of at most max_file_bytes.
+  std::vector<std::vector<const TensorRecord*>> groups(1);
+  uint64_t group_bytes = 0;
   for (const auto& t : ck.tensors()) {
     if (state != "param" && !t.trainable) continue;  // frozen tensors have no optimizer state
-    entries.push_back({t.name, dtype, t.shape});
-    records.push_back(&t);
+    const uint64_t bytes = static_cast<uint64_t>(t.numel) * c10::elementSize(dtype);
+    if (max_file_bytes > 0 && !groups.back().empty() && group_bytes + bytes > max_file_bytes) {
+      groups.emplace_back();
+      group_bytes = 0;
+    }
+    groups.back().push_back(&t);
+    group_bytes += bytes;
   }
-  io::SafetensorsWriter writer(out_path, entries,
-                               {{"format", "pt"}, {"producer", "zeroshard"}, {"step", std::to_string(ck.step())},
-                                {"state", state}});
-  for (const TensorRecord* t : records) {  // one tensor in memory at a time
-    at::Tensor full = at::empty({t->numel}, at::kFloat);
-    ck.read(*t, state, 0, t->numel, full);
-    writer.write(t->name, full.view(t->shape));
+  const std::map<std::string, std::string> metadata = {
+      {"format", "pt"}, {"producer", "zeroshard"}, {"step", std::to_string(ck.step())}, {"state", state}};
+  auto write_file = [&](const std::string& path, const std::vector<const TensorRecord*>& tensors) {
+    std::vector<io::TensorEntry> entries;
+    for (const TensorRecord* t : tensors) entries.push_back({t->name, dtype, t->shape});
+    io::SafetensorsWriter writer(path, entries, metadata);
+    for (const TensorRecord* t : tensors) {  // one tensor in memory at a time
+      at::Tensor full = at::empty({t->numel}, at::kFloat);
+      ck.read(*t, state, 0, t->numel, full);
+      writer.write(t->name, full.view(t->shape));
+    }
+    writer.finish();
+  };
+  if (max_file_bytes == 0) {
+    write_file(out_path, groups[0]);
+    return {out_path};
   }
-  writer.finish();
+  const std::filesystem::path out(out_path);
+  std::string stem = out.filename().string();
+  if (stem.size() > 12 && stem.compare(stem.size() - 12, 12, ".safetensors") == 0) stem.resize(stem.size() - 12);
+  std::vector<std::string> written;
+  nlohmann::json weight_map = nlohmann::json::object();
+  uint64_t total = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "-%05zu-of-%05zu.safetensors", g + 1, groups.size());
+    const std::string file = stem + name;
+    write_file((out.parent_path() / file).string(), groups[g]);
+    written.push_back((out.parent_path() / file).string());
+    for (const TensorRecord* t : groups[g]) {
+      weight_map[t->name] = file;
+      total += static_cast<uint64_t>(t->numel) * c10::elementSize(dtype);
+    }
+  }
+  nlohmann::json index = {{"metadata", {{"total_size", total}, {"producer", "zeroshard"}, {"step", ck.step()},
+                                        {"state", state}}},
+                          {"weight_map", weight_map}};
+  const std::string index_path = out_path + ".index.json";
+  io::write_file_atomic(index_path, index.dump(2) + "\n");
+  written.push_back(index_path);
+  return written;
 }
 
 bool describe(const std::string& checkpoint_dir, std::string* text, bool list_tensors) {

@@ -1,5 +1,6 @@
 // The `zeroshard` command line.
 #include "checkpoint/checkpoint.h"
+#include "report/report.h"
 #include "train/config.h"
 #include "train/trainer.h"
 #include "zeroshard/comm.h"
@@ -85,10 +86,13 @@ int cmd_config_show(const std::string& config_path, const std::vector<std::strin
   return 0;
 }
 
-int cmd_export(const std::string& from, const std::string& out, const std::string& dtype, const std::string& state) {
+int cmd_export(const std::string& from, const std::string& out, const std::string& dtype, const std::string& state,
+               double max_file_mb) {
   const std::string dir = zeroshard::ckpt::resolve_checkpoint(from);
-  zeroshard::ckpt::export_safetensors(dir, out, dtype == "bf16" ? at::kBFloat16 : at::kFloat, state);
-  std::printf("exported %s (%s, %s) to %s\n", dir.c_str(), state.c_str(), dtype.c_str(), out.c_str());
+  const auto files = zeroshard::ckpt::export_safetensors(dir, out, dtype == "bf16" ? at::kBFloat16 : at::kFloat, state,
+                                                         static_cast<uint64_t>(max_file_mb * 1024 * 1024));
+  std::printf("exported %s (%s, %s):\n", dir.c_str(), state.c_str(), dtype.c_str());
+  for (const auto& f : files) std::printf("  %s\n", f.c_str());
   return 0;
 }
 
@@ -125,6 +129,10 @@ int main(int argc, char** argv) {
   exp->add_option("checkpoint", export_from, "A checkpoint folder, checkpoints folder or run folder")->required();
   exp->add_option("output", export_out, "The .safetensors file to write")->required();
   exp->add_option("--dtype", export_dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  double export_max_file_mb = 0;
+  exp->add_option("--max-file-mb", export_max_file_mb,
+                  "Split into files of at most this many MiB plus OUTPUT.index.json (0: one file)")
+      ->check(CLI::NonNegativeNumber);
   exp->add_option("--state", export_state, "param (the weights), exp_avg or exp_avg_sq (AdamW moments)")
       ->check(CLI::IsMember({"param", "exp_avg", "exp_avg_sq"}));
 
@@ -142,6 +150,12 @@ int main(int argc, char** argv) {
   show->add_option("--set", show_overrides, "Override a config key (repeatable)");
   config->require_subcommand(1);
 
+  auto* report = app.add_subcommand("report", "Render runs as one self-contained HTML page with SVG charts");
+  std::vector<std::string> report_runs;
+  std::string report_out = "report.html";
+  report->add_option("runs", report_runs, "Run folders (with metrics.jsonl) to compare")->required();
+  report->add_option("-o,--output", report_out, "The HTML file to write");
+
   CLI11_PARSE(app, argc, argv);
   const char* rank_env = std::getenv("RANK");
   const std::string who = rank_env ? std::string(" (rank ") + rank_env + ")" : std::string();
@@ -150,8 +164,13 @@ int main(int argc, char** argv) {
       if (!resume.empty()) overrides.push_back("train.resume=" + resume);
       return cmd_train(config_path, overrides, nproc);
     }
-    if (exp->parsed()) return cmd_export(export_from, export_out, export_dtype, export_state);
+    if (exp->parsed()) return cmd_export(export_from, export_out, export_dtype, export_state, export_max_file_mb);
     if (inspect->parsed()) return cmd_inspect(inspect_path, inspect_brief);
+    if (report->parsed()) {
+      zeroshard::report::write_report(report_runs, report_out);
+      std::printf("wrote %s (%zu runs)\n", report_out.c_str(), report_runs.size());
+      return 0;
+    }
     if (show->parsed()) return cmd_config_show(show_path, show_overrides);
   } catch (const std::exception& e) {
     // libtorch errors print without their C++ backtrace; a rank that only lost a peer exits

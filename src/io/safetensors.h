@@ -70,9 +70,10 @@ class SafetensorsFile {
   uint64_t data_start_ = 0;
 };
 
-// Initializes a model from a safetensors file (model.init_from): each rank reads only the
-// byte ranges of its shards. check() requires the file to hold exactly the model's
-// parameters with the same shapes (any float dtype).
+// Initializes a model from a safetensors file, or from the files listed by a
+// `*.safetensors.index.json` (model.init_from): each rank reads only the byte ranges of its
+// shards. check() requires exactly the model's parameters with the same shapes (any float
+// dtype).
 std::shared_ptr<ParamSource> safetensors_param_source(const std::string& path);
 
 // Writes every parameter of a sharded model to one file, gathered one unit at a time and

@@ -11,6 +11,7 @@
 
 #include <torch/autograd.h>
 
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <set>
@@ -20,6 +21,13 @@ namespace zeroshard {
 
 namespace {
 constexpr size_t kMaxReductionsInFlight = 2;
+}
+
+template <class Fn>
+void ShardedModel::blocking_comm(Fn&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  exposed_comm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 struct ShardedModel::PendingReduce {
@@ -175,7 +183,7 @@ void ShardedModel::gather(Unit& unit) {
   for (FlatParam* f : {unit.trainable.get(), unit.frozen.get()}) {
     if (f == nullptr || f->gathered()) continue;
     f->allocate_full();
-    comm_->all_gather(f->shard(), f->full());
+    blocking_comm([&] { comm_->all_gather(f->shard(), f->full()); });
     gathered_bytes_ += f->full_bytes();
   }
   gathered_peak_ = std::max(gathered_peak_, gathered_bytes_);
@@ -237,7 +245,7 @@ void ShardedModel::reduce_unit_grads(Unit& unit) {
 void ShardedModel::drain_pending_reductions(size_t max_in_flight) {
   while (!pending_.empty() && (pending_.size() > max_in_flight || pending_.front()->work->completed())) {
     auto& p = pending_.front();
-    p->work->wait();
+    blocking_comm([&] { p->work->wait(); });
     Unit& u = *p->unit;
     if (u.grad_has_data) {
       u.grad_shard.add_(p->reduced);
@@ -279,7 +287,7 @@ double ShardedModel::finish_gradients(double max_norm) {
   }
   at::Tensor partial = at::full({1}, local, at::kDouble);
   at::Tensor all = at::empty({comm_->world_size()}, at::kDouble);
-  comm_->all_gather(partial, all);
+  blocking_comm([&] { comm_->all_gather(partial, all); });
   double total = 0.0;
   for (int r = 0; r < comm_->world_size(); ++r) total += all.data_ptr<double>()[r];
   const double norm = std::sqrt(total);
@@ -294,7 +302,7 @@ double ShardedModel::finish_gradients(double max_norm) {
   if (!shards_grads(options_.strategy)) {
     // no_shard / optim keep the replicated reduced gradient (what DDP's all-reduce gives).
     for (auto& u : units_) {
-      if (u->trainable) comm_->all_gather(u->grad_shard, u->grad_full);
+      if (u->trainable) blocking_comm([&] { comm_->all_gather(u->grad_shard, u->grad_full); });
     }
   }
   return norm;
@@ -316,7 +324,7 @@ std::vector<ShardedModel::TrainableView> ShardedModel::optimizer_views() {
 void ShardedModel::after_optimizer_step() {
   if (options_.strategy == Strategy::Optim || options_.strategy == Strategy::OptimGrads) {
     for (auto& u : units_) {
-      if (u->trainable) comm_->all_gather(u->trainable->shard(), u->trainable->full());
+      if (u->trainable) blocking_comm([&] { comm_->all_gather(u->trainable->shard(), u->trainable->full()); });
     }
   }
   for (auto& u : units_) u->grad_has_data = false;

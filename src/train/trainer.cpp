@@ -249,6 +249,7 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
       current_step = step;
       const auto t0 = Clock::now();
       sharded->reset_gathered_peak();
+      sharded->reset_exposed_comm();
       double loss_sum = 0.0;
       if (cfg.debug_fail_at_step == step && cfg.debug_fail_rank == rank) {
         if (cfg.debug_fail_kind == "exception") {
@@ -275,7 +276,9 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
       }
       // Every rank sees every rank's loss and the global gradient norm, so all decide alike.
       at::Tensor rank_losses = at::empty({world}, at::kDouble);
+      const auto gather_t0 = Clock::now();
       comm->all_gather(at::full({1}, loss_sum, at::kDouble), rank_losses);
+      const double loss_gather_s = std::chrono::duration<double>(Clock::now() - gather_t0).count();
       double total_loss = 0.0;
       std::string bad_ranks;
       for (int r = 0; r < world; ++r) {
@@ -293,8 +296,14 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
                                  (bad_ranks.empty() ? std::string() : " (from rank " + bad_ranks + ")") +
                                  "; train.on_nonfinite=abort (skip would drop such steps)");
       }
+      double optimizer_s = 0.0;
       if (finite) {
+        const auto opt_t0 = Clock::now();
+        const double comm_before = sharded->exposed_comm_seconds();
         optim.step(lr);
+        // The parameter all-gather of optim / optim_grads inside step() counts as communication.
+        optimizer_s = std::chrono::duration<double>(Clock::now() - opt_t0).count() -
+                      (sharded->exposed_comm_seconds() - comm_before);
         last_loss = loss;
       } else {
         sharded->discard_gradients();
@@ -304,6 +313,9 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
       }
       const double step_time = std::chrono::duration<double>(Clock::now() - t0).count();
       step_times.push_back(step_time);
+      // Where the step went on this rank: compute, communication it waited for, optimizer.
+      const double comm_exposed_s = sharded->exposed_comm_seconds() + loss_gather_s;
+      const double compute_s = std::max(0.0, step_time - comm_exposed_s - optimizer_s);
 
       // Per-rank memory figures, gathered so rank 0 can log all of them.
       const MemoryStats m = sharded->memory();
@@ -329,6 +341,9 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
                                {"grad_norm", grad_norm},
                                {"step_time_s", step_time},
                                {"tokens_per_s", tokens_per_step / step_time},
+                               {"compute_s", compute_s},
+                               {"comm_exposed_s", comm_exposed_s},
+                               {"optimizer_s", optimizer_s},
                                {"mem_params_bytes", a[0]},
                                {"mem_grads_bytes", a[1]},
                                {"mem_optim_bytes", a[2]},

@@ -12,6 +12,8 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 using namespace zeroshard;
 using namespace zeroshard::testing;
 namespace fs = std::filesystem;
@@ -53,6 +55,29 @@ TEST(Safetensors, ExportIsExactAndAnIndependentReaderAgrees) {
     ASSERT_EQ(imported.exit_code, 0) << imported.output;
     expect_same_tensors(f32, imported.dir + "/init.safetensors");
   }
+}
+
+TEST(Safetensors, MultiFileExportWithIndexRoundTrips) {
+  TrainRun run = train(" --set train.steps=2", 2, "multi_export");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::string out;
+  const std::string single = run.dir + "/model.safetensors", multi = run.dir + "/split/model.safetensors";
+  fs::create_directories(run.dir + "/split");
+  ASSERT_EQ(run_command(std::string(ZS_BINARY) + " export " + run.dir + " " + single, &out), 0) << out;
+  // At most 64 KiB per file: the small model's ~220 KB of weights spread over several files.
+  ASSERT_EQ(run_command(std::string(ZS_BINARY) + " export " + run.dir + " " + multi + " --max-file-mb 0.0625", &out), 0)
+      << out;
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(run.dir + "/split")) {
+    if (e.path().filename().string().rfind("model-0", 0) == 0) ++files;
+  }
+  EXPECT_GE(files, 3) << out;
+  const nlohmann::json index = nlohmann::json::parse(read_text(multi + ".index.json"));
+  EXPECT_EQ(index["weight_map"].size(), io::SafetensorsFile(single).entries().size());
+  TrainRun imported = train(" --set train.steps=1 --set run.dump_init=true --set model.init_from=" + multi + ".index.json",
+                            3, "import_multi");
+  ASSERT_EQ(imported.exit_code, 0) << imported.output;
+  expect_same_tensors(single, imported.dir + "/init.safetensors");
 }
 
 TEST(Safetensors, ImportsAFileWrittenByAnotherTool) {
