@@ -135,6 +135,24 @@ TEST(SaveKilledMidway, LeavesThePreviousCheckpointWhichResumesExactly) {
   expect_same_state(ckpt_dir(clean, 20), ckpt_dir(resumed, 20));
 }
 
+TEST(Checkpoints, SavingAStepAgainReplacesItAtomically) {
+  // A run resumed from its own step-4 checkpoint with train.steps = 4 saves step 4 again.
+  TrainRun r = train(" --set train.steps=4", 2, "resave");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto before = nlohmann::json::parse(read_text(ckpt_dir(r, 4) + "/manifest.json"))["files"];
+  TrainRun again = train(" --set train.steps=4 --resume " + r.dir, 2, "", r.dir);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("nothing to train"), std::string::npos) << again.output;
+  std::string out;
+  EXPECT_EQ(run_command(std::string(ZS_BINARY) + " inspect " + r.dir + " --brief", &out), 0) << out;
+  for (const auto& e : fs::directory_iterator(r.dir + "/checkpoints")) {
+    const std::string n = e.path().filename().string();
+    EXPECT_TRUE(n == "latest" || n == "step_00000004") << "left behind: " << n;
+  }
+  // Same state, so the same shard files (sizes and CRCs).
+  EXPECT_EQ(nlohmann::json::parse(read_text(ckpt_dir(r, 4) + "/manifest.json"))["files"], before);
+}
+
 TEST(Checkpoints, KeepLastPrunesOlderOnes) {
   TrainRun r = train(" --set train.steps=8 --set train.save_every=2 --set train.keep_last=2", 2, "keep_last");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -78,6 +79,23 @@ TEST(Safetensors, MultiFileExportWithIndexRoundTrips) {
                             3, "import_multi");
   ASSERT_EQ(imported.exit_code, 0) << imported.output;
   expect_same_tensors(single, imported.dir + "/init.safetensors");
+
+  // An index that points a tensor at a file that does not hold it.
+  nlohmann::json bad = index;
+  const std::string victim = bad["weight_map"].begin().key();
+  std::string other_file;
+  for (const auto& [name, file] : bad["weight_map"].items()) {
+    if (file != bad["weight_map"][victim]) other_file = file.get<std::string>();
+  }
+  bad["weight_map"][victim] = other_file;
+  const std::string bad_index = run.dir + "/split/bad.safetensors.index.json";
+  std::ofstream(bad_index) << bad.dump();
+  TrainRun refused = train(" --set train.steps=1 --set model.init_from=" + bad_index, 2, "import_bad_index");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("maps tensor '" + victim + "' to " + run.dir + "/split/" + other_file +
+                                ", which does not hold it"),
+            std::string::npos)
+      << refused.output;
 }
 
 TEST(Safetensors, ImportsAFileWrittenByAnotherTool) {
