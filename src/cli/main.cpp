@@ -124,7 +124,9 @@ int main(int argc, char** argv) {
                     "Continue from a checkpoint: its folder, a checkpoints folder or a run folder (uses `latest`); "
                     "same as --set train.resume=PATH");
 
-  auto* exp = app.add_subcommand("export", "Write a checkpoint's weights as one safetensors file (streamed, no ranks)");
+  auto* exp = app.add_subcommand("export",
+                                 "Write a checkpoint's weights (or AdamW moments) as safetensors: one file, or several "
+                                 "plus an index (streamed, no ranks)");
   std::string export_from, export_out, export_dtype = "fp32", export_state = "param";
   exp->add_option("checkpoint", export_from, "A checkpoint folder, checkpoints folder or run folder")->required();
   exp->add_option("output", export_out, "The .safetensors file to write")->required();
