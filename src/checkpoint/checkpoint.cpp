@@ -70,6 +70,10 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir), open_(std::make_uniq
       r.bytes = f.at("bytes").get<uint64_t>();
       r.crc32 = f.at("crc32").get<uint32_t>();
       if (r.name.find('/') != std::string::npos) throw std::runtime_error("file name '" + r.name + "' has a '/'");
+      if (r.rank != static_cast<int>(files_.size())) {
+        throw std::runtime_error("files must be listed in rank order; entry " + std::to_string(files_.size()) +
+                                 " is rank " + std::to_string(r.rank));
+      }
       file_names.insert(r.name);
       files_.push_back(r);
     }

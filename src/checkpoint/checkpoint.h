@@ -38,6 +38,10 @@ struct SaveOptions {
 std::string save_checkpoint(const std::string& root, ShardedModel& model, ShardedAdamW& optim,
                             const SaveOptions& options);
 
+// Cleans up after saves that died: removes `*.partial` folders, and moves a `step_N.replaced`
+// folder back to `step_N` when the save that replaced it died before finishing.
+void recover_interrupted_saves(const std::string& root);
+
 // A checkpoint folder from what a user may pass: the folder itself (has manifest.json), a
 // checkpoints root (has `latest`), or a run folder (has checkpoints/latest).
 std::string resolve_checkpoint(const std::string& path);

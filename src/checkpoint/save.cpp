@@ -55,6 +55,22 @@ void prune(const std::string& root, int64_t keep_last, const std::string& keep) 
 
 }  // namespace
 
+void recover_interrupted_saves(const std::string& root) {
+  if (!fs::exists(root)) return;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const fs::path p = e.path();
+    if (p.extension() == ".partial") {
+      fs::remove_all(p);  // never complete: the previous checkpoint is what `latest` names
+    } else if (p.extension() == ".replaced") {
+      // A save of an existing step died between moving the old folder aside and moving the
+      // new one in: the old one is still complete, put it back.
+      const fs::path original = p.parent_path() / p.stem();
+      if (fs::exists(original)) fs::remove_all(p);
+      else fs::rename(p, original);
+    }
+  }
+}
+
 std::string save_checkpoint(const std::string& root, ShardedModel& model, ShardedAdamW& optim,
                             const SaveOptions& options) {
   Communicator& comm = model.comm();
@@ -64,9 +80,7 @@ std::string save_checkpoint(const std::string& root, ShardedModel& model, Sharde
   const fs::path partial_dir = fs::path(root) / (name + ".partial");
   if (rank == 0) {
     fs::create_directories(root);
-    for (const auto& e : fs::directory_iterator(root)) {  // leftovers of saves that crashed
-      if (e.path().extension() == ".partial") fs::remove_all(e.path());
-    }
+    recover_interrupted_saves(root);
     fs::create_directories(partial_dir);
   }
   comm.barrier();
@@ -185,6 +199,9 @@ std::string save_checkpoint(const std::string& root, ShardedModel& model, Sharde
 
 std::string resolve_checkpoint(const std::string& path) {
   const fs::path p(path);
+  for (const fs::path& root : {p, p / "checkpoints"}) {
+    if (fs::exists(root / kLatestName)) recover_interrupted_saves(root.string());
+  }
   if (fs::exists(p / kManifestName)) return p.string();
   for (const fs::path& root : {p, p / "checkpoints"}) {
     if (fs::exists(root / kLatestName)) {

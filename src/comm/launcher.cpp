@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -95,6 +96,7 @@ int launch_local(const LaunchOptions& options) {
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
 
+  const pid_t launcher_pid = getpid();
   for (int r = 0; r < options.nproc; ++r) {
     int fds[2];
     if (pipe(fds) != 0) throw std::runtime_error(std::string("launch: pipe: ") + std::strerror(errno));
@@ -106,6 +108,9 @@ int launch_local(const LaunchOptions& options) {
       setpgid(0, 0);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
+      // If the launcher dies (even by SIGKILL), the ranks stop too instead of training on.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != launcher_pid) _exit(1);
       dup2(fds[1], STDERR_FILENO);
       close(fds[0]);
       close(fds[1]);

@@ -108,6 +108,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
   const uint64_t data_size = file_size - data_start_;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
+      if (!it.value().is_object()) throw std::runtime_error(path + ": __metadata__ is not a JSON object");
       for (auto m = it.value().begin(); m != it.value().end(); ++m) {
         if (m.value().is_string()) metadata_[m.key()] = m.value().get<std::string>();
       }
@@ -128,6 +129,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
     uint64_t numel = 1;
     for (int64_t d : e.shape) {
       if (d < 0) throw std::runtime_error(path + ": tensor '" + e.name + "' has a negative dimension");
+      if (d > 0 && numel > (uint64_t{1} << 60) / static_cast<uint64_t>(d)) {
+        throw std::runtime_error(path + ": tensor '" + e.name + "' has an impossible shape " + shape_text(e.shape));
+      }
       numel *= static_cast<uint64_t>(d);
     }
     if (e.end < e.begin || e.end - e.begin != numel * c10::elementSize(e.dtype) || e.end > data_size) {
@@ -255,6 +259,9 @@ class SafetensorsSource : public ParamSource {
     const std::filesystem::path dir = std::filesystem::path(index_path).parent_path();
     std::map<std::string, SafetensorsFile*> opened;
     for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+      if (!it.value().is_string()) {
+        throw std::runtime_error(index_path + ": weight_map entry '" + it.key() + "' is not a file name");
+      }
       const std::string file = it.value().get<std::string>();
       if (!opened.count(file)) {
         files_.push_back(std::make_unique<SafetensorsFile>((dir / file).string()));

@@ -83,7 +83,7 @@ Series series_of(const Run& run, const char* key) {
   Series s;
   s.name = run.label;
   for (const auto& m : run.metrics) {
-    if (m.contains(key) && m[key].is_number()) s.points.emplace_back(m["step"].get<double>(), m[key].get<double>());
+    if (m.contains(key) && m[key].is_number()) s.points.emplace_back(m.at("step").get<double>(), m.at(key).get<double>());
   }
   return s;
 }
@@ -94,7 +94,15 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
   if (run_dirs.empty()) throw std::invalid_argument("report: give at least one run folder");
   std::vector<Run> runs;
   for (const auto& d : run_dirs) {
-    runs.push_back(load_run(d));
+    try {
+      runs.push_back(load_run(d));
+      for (const auto& m : runs.back().metrics) {  // the fields every chart needs
+        (void)m.at("step").get<double>();
+        (void)m.at("loss").get<double>();
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw std::runtime_error("report: '" + d + "/metrics.jsonl' lacks a field the report needs: " + e.what());
+    }
     runs.back().label = "run " + std::to_string(runs.size()) + ": " + runs.back().strategy + ", W=" +
                         std::to_string(runs.back().world_size);
   }
@@ -114,8 +122,8 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
     char step_time[32];
     std::snprintf(step_time, sizeof(step_time), "%.3f", median_of(r.metrics, "step_time_s"));
     html << "<tr><td>" << i + 1 << "</td><td>" << escape(r.dir) << "</td><td>" << escape(r.strategy) << "</td><td>"
-         << r.world_size << "</td><td>" << r.metrics.back()["step"].get<int64_t>() << "</td><td>"
-         << r.metrics.back()["loss"].dump() << "</td><td>" << step_time << "</td><td>"
+         << r.world_size << "</td><td>" << r.metrics.back().at("step").get<int64_t>() << "</td><td>"
+         << r.metrics.back().at("loss").dump() << "</td><td>" << step_time << "</td><td>"
          << static_cast<int64_t>(median_of(r.metrics, "tokens_per_s")) << "</td><td>" << r.num_params << "</td></tr>\n";
   }
   html << "</table></section>\n";
@@ -149,10 +157,10 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
     const auto& last = r.metrics.back();
     if (!last.contains("ranks")) continue;
     const double formula = zero_formula_bytes(r.strategy, static_cast<double>(r.num_params), r.world_size);
-    for (const auto& rank : last["ranks"]) {
-      mem_bars.push_back({"run " + std::to_string(i + 1) + " r" + std::to_string(rank["rank"].get<int>()),
-                          {rank["mem_params_bytes"].get<double>() / mib, rank["mem_grads_bytes"].get<double>() / mib,
-                           rank["mem_optim_bytes"].get<double>() / mib},
+    for (const auto& rank : last.at("ranks")) {
+      mem_bars.push_back({"run " + std::to_string(i + 1) + " r" + std::to_string(rank.value("rank", 0)),
+                          {rank.value("mem_params_bytes", 0.0) / mib, rank.value("mem_grads_bytes", 0.0) / mib,
+                           rank.value("mem_optim_bytes", 0.0) / mib},
                           r.num_params > 0 ? formula / mib : -1});
     }
   }

@@ -151,6 +151,16 @@ TEST(Checkpoints, SavingAStepAgainReplacesItAtomically) {
   }
   // Same state, so the same shard files (sizes and CRCs).
   EXPECT_EQ(nlohmann::json::parse(read_text(ckpt_dir(r, 4) + "/manifest.json"))["files"], before);
+
+  // A crash between moving the old folder aside and moving the new one in leaves only
+  // step_4.replaced (and a partial): the next resume puts the complete old one back.
+  fs::rename(ckpt_dir(r, 4), ckpt_dir(r, 4) + ".replaced");
+  fs::create_directories(ckpt_dir(r, 4) + ".partial");
+  TrainRun recovered = train(" --set train.steps=6 --resume " + r.dir, 2, "", r.dir);
+  ASSERT_EQ(recovered.exit_code, 0) << recovered.output;
+  EXPECT_EQ(recovered.metrics.back()["step"], 6);
+  EXPECT_FALSE(fs::exists(ckpt_dir(r, 4) + ".replaced"));
+  EXPECT_FALSE(fs::exists(ckpt_dir(r, 4) + ".partial"));
 }
 
 TEST(Checkpoints, KeepLastPrunesOlderOnes) {
