@@ -20,12 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 std::string hex32(uint32_t x) {
   char buf[16];
   std::snprintf(buf, sizeof(buf), "0x%08x", x);
@@ -202,12 +196,12 @@ class CheckpointSource : public ParamSource {
       wanted.insert(p.name);
       const TensorRecord* t = ck_->find(p.name);
       if (t == nullptr) {
-        throw std::runtime_error(where + " has no tensor '" + p.name + "' (shape " + shape_text(p.shape) +
+        throw std::runtime_error(where + " has no tensor '" + p.name + "' (shape " + io::shape_text(p.shape) +
                                  " in this model): it was saved from another model");
       }
       if (t->shape != p.shape) {
-        throw std::runtime_error(where + ": tensor '" + p.name + "' has shape " + shape_text(t->shape) +
-                                 " but this model expects " + shape_text(p.shape) + " (a checkpoint of another model)");
+        throw std::runtime_error(where + ": tensor '" + p.name + "' has shape " + io::shape_text(t->shape) +
+                                 " but this model expects " + io::shape_text(p.shape) + " (a checkpoint of another model)");
       }
     }
     for (const auto& t : ck_->tensors()) {

@@ -102,9 +102,7 @@ bool describe(const std::string& checkpoint_dir, std::string* text, bool list_te
   if (list_tensors) {
     out << "tensors:\n";
     for (const auto& t : ck.tensors()) {
-      std::string shape = "[";
-      for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape[i]);
-      shape += "]";
+      const std::string shape = io::shape_text(t.shape);
       char line[512];
       std::snprintf(line, sizeof(line), "  %-44s %-16s F32 %-9s %zu piece%s\n", t.name.c_str(), shape.c_str(),
                     t.trainable ? "trainable" : "frozen", t.pieces.size(), t.pieces.size() == 1 ? "" : "s");

@@ -39,7 +39,7 @@ static at::ScalarType parse_dtype(const std::string& s, const std::string& file,
   throw std::runtime_error(file + ": tensor '" + name + "' has unsupported dtype '" + s + "'");
 }
 
-static std::string shape_text(const std::vector<int64_t>& shape) {
+std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";

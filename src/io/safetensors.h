@@ -25,6 +25,8 @@ struct TensorEntry {
 };
 
 std::string safetensors_dtype(at::ScalarType t);
+// "[2, 3]": how error messages and `inspect` print a shape.
+std::string shape_text(const std::vector<int64_t>& shape);
 
 // Streams tensors into a file whose header is known up front; written atomically (see
 // AtomicFileWriter), so a crash never leaves a partial file at path.
