@@ -65,7 +65,7 @@ struct RendezvousInfo {
 };
 
 // All collectives are issued in the same order on every rank. Async forms are queued to
-// one communication thread per communicator and run in issue order; the synchronous forms
+// one communication thread per job (shared by the groups of split()) and run in issue order; the synchronous forms
 // are the async ones followed by wait(). Tensors must be contiguous and stay alive (and
 // unmodified, for inputs) until the work completes.
 class Communicator {
@@ -87,6 +87,14 @@ class Communicator {
   virtual WorkHandle all_reduce_async(const at::Tensor& inout) = 0;
   virtual WorkHandle broadcast_async(const at::Tensor& inout, int root) = 0;
   virtual WorkHandle barrier_async() = 0;
+
+  // Splits this communicator into groups (MPI_Comm_split without a key): every rank calls
+  // split with a color, and the ranks of one color form a new communicator, ranked in this
+  // communicator's order. A collective over this communicator; each group then connects
+  // among its own members. A group runs its collectives on its parent's communication thread,
+  // in the order this rank issued them across all groups: ranks that issue the same program
+  // order cannot deadlock across groups. Used for hybrid sharding (shard and replica groups).
+  virtual std::shared_ptr<Communicator> split(int color) = 0;
 
   void all_gather(const at::Tensor& input, const at::Tensor& output) {
     all_gather_async(input, output)->wait();

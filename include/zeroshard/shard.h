@@ -77,6 +77,12 @@ struct ShardOptions {
   ShardOptions(Strategy s) : strategy(s) {}  // NOLINT: implicit, so {Strategy::Optim} reads naturally
   Strategy strategy = Strategy::OptimGradsParams;
   WrapPolicy wrap_policy;  // empty: wrap_every_hookable()
+  // Hybrid sharding (HSDP; Megatron-FSDP's outer_dp_sharding_strategy = no_shard): 0 shards
+  // over every rank. Otherwise consecutive groups of this many ranks (one host's ranks, say)
+  // each hold one sharded copy of the model, and the copies are replicas: gradients are
+  // reduce-scattered inside the group, then all-reduced across the groups, so the large
+  // collectives stay inside a host. The world size must be a multiple of it.
+  int shard_group_size = 0;
   // Values for every parameter; required when the model was built inside nn::DeferredInit.
   // Empty: the module's current parameter values (rank r's values of its own shard win).
   std::shared_ptr<ParamSource> param_source;
@@ -134,7 +140,14 @@ class ShardedModel {
   void discard_gradients();
 
   Strategy strategy() const { return options_.strategy; }
+  // Every rank of the job.
   Communicator& comm() const { return *comm_; }
+  // The ranks that share one copy of the model: its layouts, gathers and reduce-scatters.
+  // The same as comm() unless sharding is hybrid.
+  Communicator& shard_comm() const { return *shard_comm_; }
+  // Which copy of the model this rank belongs to (0 unless hybrid), and how many there are.
+  int replica() const { return comm_->rank() / shard_comm_->world_size(); }
+  int num_replicas() const { return comm_->world_size() / shard_comm_->world_size(); }
   const std::shared_ptr<torch::nn::Module>& module() const { return module_; }
   int num_units() const { return static_cast<int>(units_.size()); }
   std::vector<std::string> unit_names() const;
@@ -156,7 +169,8 @@ class ShardedModel {
   std::vector<TrainableView> optimizer_views();
 
   // This rank's slices of every flat buffer (fp32 master values), unit by unit, trainable
-  // then frozen: identical bits under every strategy at the same world size.
+  // then frozen: identical bits under every strategy at the same world size. Sliced over
+  // shard_comm() (every copy holds the same slices when hybrid).
   std::vector<at::Tensor> local_shards() const;
   // The layout of those buffers, in the same order.
   std::vector<FlatBufferInfo> flat_buffers() const;
@@ -182,6 +196,8 @@ class ShardedModel {
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<Communicator> shard_comm_;    // comm_ unless hybrid
+  std::shared_ptr<Communicator> replica_comm_;  // hybrid only: this shard's owners in every copy
   ShardOptions options_;
   std::vector<std::unique_ptr<Unit>> units_;
   struct PendingReduce;

@@ -53,6 +53,8 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir), open_(std::make_uniq
     if (field("version").get<int>() != 1) throw std::runtime_error("unsupported version " + field("version").dump());
     step_ = field("step").get<int64_t>();
     world_size_ = field("world_size").get<int>();
+    replicas_ = manifest_.value("replicas", 1);
+    if (replicas_ < 1) throw std::runtime_error("replicas " + std::to_string(replicas_) + " is not positive");
     strategy_ = field("strategy").get<std::string>();
     optimizer_steps_ = field("optimizer").at("steps_taken").get<int64_t>();
     config_ = field("config");
@@ -224,7 +226,7 @@ class CheckpointSource : public ParamSource {
 std::shared_ptr<ParamSource> Checkpoint::param_source() { return std::make_shared<CheckpointSource>(this); }
 
 void Checkpoint::load_optimizer(ShardedModel& model, ShardedAdamW& optim) {
-  Communicator& comm = model.comm();
+  Communicator& comm = model.shard_comm();  // states are sliced like the parameters
   const int rank = comm.rank();
   size_t k = 0;
   for (const auto& info : model.flat_buffers()) {

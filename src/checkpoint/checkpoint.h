@@ -76,7 +76,8 @@ class Checkpoint {
 
   const std::string& dir() const { return dir_; }
   int64_t step() const { return step_; }
-  int world_size() const { return world_size_; }
+  int world_size() const { return world_size_; }  // ranks of one copy of the model (one file each)
+  int replicas() const { return replicas_; }      // copies that trained (hybrid sharding), else 1
   const std::string& strategy() const { return strategy_; }
   int64_t optimizer_steps() const { return optimizer_steps_; }
   const nlohmann::json& config() const { return config_; }
@@ -110,6 +111,7 @@ class Checkpoint {
   nlohmann::json config_;
   int64_t step_ = 0;
   int world_size_ = 0;
+  int replicas_ = 1;
   std::string strategy_;
   int64_t optimizer_steps_ = 0;
   std::vector<TensorRecord> tensors_;

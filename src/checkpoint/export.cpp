@@ -86,7 +86,9 @@ bool describe(const std::string& checkpoint_dir, std::string* text, bool list_te
   const auto& model = ck.config().contains("model") ? ck.config()["model"] : nlohmann::json::object();
   out << "checkpoint   " << ck.dir() << "\n"
       << "step         " << ck.step() << " (optimizer steps " << ck.optimizer_steps() << ")\n"
-      << "saved by     world size " << ck.world_size() << ", strategy " << ck.strategy() << "\n"
+      << "saved by     world size " << ck.world_size() << ", strategy " << ck.strategy()
+      << (ck.replicas() > 1 ? " (hybrid: " + std::to_string(ck.replicas()) + " copies, one saved)" : std::string())
+      << "\n"
       << "model        " << (model.contains("series") ? model["series"].get<std::string>() : std::string("?")) << ", "
       << params << " parameters (" << trainable << " trainable) in " << ck.tensors().size() << " tensors\n"
       << "files:\n";

@@ -73,17 +73,24 @@ void recover_interrupted_saves(const std::string& root) {
 
 std::string save_checkpoint(const std::string& root, ShardedModel& model, ShardedAdamW& optim,
                             const SaveOptions& options) {
-  Communicator& comm = model.comm();
+  // Files follow the shard layout: one per rank of a copy of the model. Under hybrid
+  // sharding every copy holds the same shards, so only copy 0 writes (its rank 0 is job rank 0).
+  Communicator& job = model.comm();
+  Communicator& comm = model.shard_comm();
   const int rank = comm.rank(), world = comm.world_size();
   const std::string name = step_name(options.step);
   const fs::path final_dir = fs::path(root) / name;
   const fs::path partial_dir = fs::path(root) / (name + ".partial");
-  if (rank == 0) {
+  if (job.rank() == 0) {
     fs::create_directories(root);
     recover_interrupted_saves(root);
     fs::create_directories(partial_dir);
   }
-  comm.barrier();
+  job.barrier();
+  if (model.replica() != 0) {
+    job.barrier();  // copy 0's ranks finish the checkpoint
+    return final_dir.string();
+  }
 
   // 1. This rank's file: per flat buffer its shard of the master values and AdamW state.
   const auto buffers = model.flat_buffers();
@@ -111,7 +118,7 @@ std::string save_checkpoint(const std::string& root, ShardedModel& model, Sharde
                                {{"format", "zeroshard-checkpoint-shard"}, {"rank", std::to_string(rank)},
                                 {"world_size", std::to_string(world)}, {"step", std::to_string(options.step)}});
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (rank == options.kill_rank_midway && i == tensors.size() / 2) {
+    if (job.rank() == options.kill_rank_midway && i == tensors.size() / 2) {
       std::fprintf(stderr, "rank %d: injected SIGKILL in the middle of saving %s\n", rank, name.c_str());
       std::fflush(stderr);
       std::raise(SIGKILL);
@@ -167,6 +174,7 @@ std::string save_checkpoint(const std::string& root, ShardedModel& model, Sharde
         {"version", 1},
         {"step", options.step},
         {"world_size", world},
+        {"replicas", model.num_replicas()},  // hybrid: copies of these files' shards that trained
         {"strategy", strategy_name(model.strategy())},
         {"optimizer", {{"type", "adamw"}, {"steps_taken", optim.steps_taken()}}},
         {"data", {{"next_step", options.step + 1},
@@ -193,7 +201,7 @@ std::string save_checkpoint(const std::string& root, ShardedModel& model, Sharde
     if (!replaced.empty()) fs::remove_all(replaced);
     prune(root, options.keep_last, name);
   }
-  comm.barrier();
+  job.barrier();
   return final_dir.string();
 }
 

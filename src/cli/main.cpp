@@ -47,7 +47,7 @@ int cmd_train(const std::string& config_path, std::vector<std::string> overrides
   train::TrainConfig cfg = train::load_config(config_path, overrides);
   {
     train::TrainConfig sized = cfg;  // the launched ranks apply it again
-    train::apply_world_size(sized, inside_job ? rdv.world_size : nproc);
+    train::apply_world_size(sized, inside_job ? rdv.world_size : nproc, inside_job ? rdv.local_world_size : nproc);
   }
   if (!inside_job && !cfg.resume.empty()) {
     // Fails now, before any rank starts, if there is no checkpoint or it is another model's;

@@ -124,6 +124,7 @@ class LocalCommunicator : public Communicator {
     return std::make_shared<CompletedWork>();
   }
   WorkHandle barrier_async() override { return std::make_shared<CompletedWork>(); }
+  std::shared_ptr<Communicator> split(int) override { return std::make_shared<LocalCommunicator>(); }
 };
 
 }  // namespace

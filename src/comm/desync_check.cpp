@@ -7,14 +7,14 @@ namespace zeroshard {
 
 namespace {
 
-enum Op : int64_t { kAllGather = 1, kReduceScatter, kAllReduce, kBroadcast, kBarrier };
+enum Op : int64_t { kAllGather = 1, kReduceScatter, kAllReduce, kBroadcast, kBarrier, kSplit };
 constexpr int kFields = 6;  // op, seq, input numel, output numel, dtype, root
 
 std::string describe(const int64_t* f) {
-  static const char* names[] = {"?", "all_gather", "reduce_scatter", "all_reduce", "broadcast", "barrier"};
+  static const char* names[] = {"?", "all_gather", "reduce_scatter", "all_reduce", "broadcast", "barrier", "split"};
   std::ostringstream out;
-  out << names[(f[0] >= 1 && f[0] <= 5) ? f[0] : 0] << " #" << f[1];
-  if (f[0] != kBarrier) {
+  out << names[(f[0] >= 1 && f[0] <= 6) ? f[0] : 0] << " #" << f[1];
+  if (f[0] != kBarrier && f[0] != kSplit) {
     out << " (" << f[2] << " -> " << f[3] << " elements of " << c10::toString(static_cast<at::ScalarType>(f[4]));
     if (f[0] == kBroadcast) out << ", root " << f[5];
     out << ")";
@@ -50,6 +50,10 @@ class DesyncChecker : public Communicator {
   WorkHandle barrier_async() override {
     check(kBarrier, at::Tensor(), at::Tensor(), -1);
     return inner_->barrier_async();
+  }
+  std::shared_ptr<Communicator> split(int color) override {
+    check(kSplit, at::Tensor(), at::Tensor(), -1);
+    return std::make_shared<DesyncChecker>(inner_->split(color));
   }
 
  private:

@@ -75,30 +75,39 @@ std::string local_address_towards(const std::string& master_addr, int port) {
   return out;
 }
 
+// What the communicators of one job share: the rendezvous store and the TCP device. Groups
+// made by split() get their own Gloo context (own connections) over the same two.
+struct GlooShared {
+  std::unique_ptr<C10dStoreAdapter> store;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::chrono::milliseconds join_timeout{0};
+  std::string where;  // for messages: how the ranks met
+};
+
 class GlooCommunicator : public Communicator {
  public:
+  // The job's communicator: every rank of the job.
   GlooCommunicator(const RendezvousInfo& info, const CommOptions& options)
       : rank_(info.rank), world_(info.world_size), timeout_(options.timeout) {
-    const auto join_timeout = options.rendezvous_timeout;
-    c10::intrusive_ptr<c10d::Store> store;
-    std::string where;
+    auto shared = std::make_shared<GlooShared>();
+    shared->join_timeout = options.rendezvous_timeout;
     try {
+      c10::intrusive_ptr<c10d::Store> store;
       if (!info.file_store_path.empty()) {
-        where = "file store " + info.file_store_path;
+        shared->where = "file store " + info.file_store_path;
         store = c10::make_intrusive<c10d::FileStore>(info.file_store_path, world_);
       } else {
-        where = "TCP store " + info.master_addr + ":" + std::to_string(info.master_port);
+        shared->where = "TCP store " + info.master_addr + ":" + std::to_string(info.master_port);
         c10d::TCPStoreOptions opts;
         opts.port = static_cast<uint16_t>(info.master_port);
         opts.isServer = rank_ == 0;
         opts.numWorkers = world_;
         opts.waitWorkers = false;
-        opts.timeout = join_timeout;
+        opts.timeout = shared->join_timeout;
         store = c10::make_intrusive<c10d::TCPStore>(info.master_addr, opts);
       }
-      store->setTimeout(join_timeout);
-      adapter_ = std::make_unique<C10dStoreAdapter>(store, join_timeout);
-      gloo::rendezvous::PrefixStore prefixed("zeroshard", *adapter_);
+      store->setTimeout(shared->join_timeout);
+      shared->store = std::make_unique<C10dStoreAdapter>(store, shared->join_timeout);
       gloo::transport::tcp::attr attr;
       attr.hostname = info.file_store_path.empty()
                           ? local_address_towards(info.master_addr, info.master_port)
@@ -106,18 +115,49 @@ class GlooCommunicator : public Communicator {
       if (const char* forced = std::getenv("ZEROSHARD_BIND_ADDR"); forced != nullptr && *forced) {
         attr.hostname = forced;
       }
-      device_ = gloo::transport::tcp::CreateDevice(attr);
-      context_ = std::make_shared<gloo::rendezvous::Context>(rank_, world_);
-      context_->setTimeout(join_timeout);
-      context_->connectFullMesh(prefixed, device_);
-      context_->setTimeout(timeout_);
+      shared->device = gloo::transport::tcp::CreateDevice(attr);
     } catch (const std::exception& e) {
-      const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-      throw CommError("rendezvous failed on rank " + std::to_string(rank_) + " of " + std::to_string(world_) +
-                      " through " + where + " (timeout " + std::to_string(join_timeout.count() / 1000) +
-                      " s; are all ranks started, with the same MASTER_ADDR/MASTER_PORT?): " +
-                      (c10_error ? c10_error->what_without_backtrace() : e.what()));
+      throw rendezvous_error(*shared, e);
     }
+    shared_ = std::move(shared);
+    for (int r = 0; r < world_; ++r) job_ranks_.push_back(r);
+    connect("zeroshard");
+  }
+
+  // A group of a split: `job_ranks` are the job ranks of its members in group order.
+  GlooCommunicator(std::shared_ptr<GlooShared> shared, std::vector<int> job_ranks, int rank,
+                   std::chrono::milliseconds timeout, const std::string& prefix,
+                   std::shared_ptr<comm_detail::WorkQueue> queue)
+      : rank_(rank), world_(static_cast<int>(job_ranks.size())), timeout_(timeout), group_(true),
+        shared_(std::move(shared)), job_ranks_(std::move(job_ranks)), queue_(std::move(queue)) {
+    connect(prefix);
+  }
+
+  // The queue may outlive this communicator (it is shared with its groups): everything queued
+  // so far, this communicator's collectives included, finishes before its context goes.
+  ~GlooCommunicator() override {
+    try {
+      queue_->submit([] {})->wait();
+    } catch (...) {
+      // a failed queue runs nothing more
+    }
+  }
+
+  std::shared_ptr<Communicator> split(int color) override {
+    // Every rank learns every color (a collective over this communicator), then the members
+    // of each color connect among themselves under a key prefix no other group uses.
+    at::Tensor mine = at::full({1}, static_cast<int64_t>(color), at::kLong);
+    at::Tensor all = at::empty({world_}, at::kLong);
+    all_gather(mine, all);
+    std::vector<int> members;
+    int my_index = 0;
+    for (int r = 0; r < world_; ++r) {
+      if (all.data_ptr<int64_t>()[r] != color) continue;
+      if (r == rank_) my_index = static_cast<int>(members.size());
+      members.push_back(job_ranks_[static_cast<size_t>(r)]);
+    }
+    const std::string prefix = prefix_ + "/split" + std::to_string(splits_++) + "/color" + std::to_string(color);
+    return std::make_shared<GlooCommunicator>(shared_, std::move(members), my_index, timeout_, prefix, queue_);
   }
 
   int rank() const override { return rank_; }
@@ -197,6 +237,42 @@ class GlooCommunicator : public Communicator {
   }
 
  private:
+  // Connects this context's ranks pairwise (all of them meet in the store under `prefix`).
+  void connect(const std::string& prefix) {
+    prefix_ = prefix;
+    try {
+      gloo::rendezvous::PrefixStore prefixed(prefix, *shared_->store);
+      context_ = std::make_shared<gloo::rendezvous::Context>(rank_, world_);
+      context_->setTimeout(shared_->join_timeout);
+      context_->connectFullMesh(prefixed, shared_->device);
+      context_->setTimeout(timeout_);
+    } catch (const std::exception& e) {
+      throw rendezvous_error(*shared_, e);
+    }
+  }
+
+  CommError rendezvous_error(const GlooShared& shared, const std::exception& e) const {
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    return CommError("rendezvous failed on " + who() + " through " + shared.where + " (timeout " +
+                     std::to_string(shared.join_timeout.count() / 1000) +
+                     " s; are all ranks started, with the same MASTER_ADDR/MASTER_PORT?): " +
+                     (c10_error ? c10_error->what_without_backtrace() : e.what()));
+  }
+
+  // "rank 3 of 4", or for a group "rank 3 (1 of group [2, 3])": messages name job ranks.
+  std::string who() const { return describe(rank_) + (is_group() ? "" : " of " + std::to_string(world_)); }
+  std::string describe(int group_rank) const {
+    const int job = job_ranks_.empty() ? group_rank : job_ranks_[static_cast<size_t>(group_rank)];
+    std::string s = "rank " + std::to_string(job);
+    if (is_group()) {
+      s += " (" + std::to_string(group_rank) + " of group [";
+      for (size_t i = 0; i < job_ranks_.size(); ++i) s += (i ? ", " : "") + std::to_string(job_ranks_[i]);
+      s += "])";
+    }
+    return s;
+  }
+  bool is_group() const { return group_; }
+
   static void check_flat(const char* op, const at::Tensor& t) {
     TORCH_CHECK(t.defined() && t.is_contiguous() && t.device().is_cpu(), op,
                 ": tensors must be defined, contiguous CPU tensors (the gloo backend is CPU only)");
@@ -210,15 +286,15 @@ class GlooCommunicator : public Communicator {
   // Gloo reports a lost peer from send()/recv() as well as from the waits: every error
   // leaves here as a CommError naming the operation, this rank and its ring neighbours.
   WorkHandle submit(const char* op, std::function<void()> fn) {
-    return queue_.submit([this, op, fn = std::move(fn)] {
+    return queue_->submit([this, op, fn = std::move(fn)] {
       try {
         fn();
       } catch (const CommError&) {
         throw;
       } catch (const std::exception& e) {
         std::ostringstream msg;
-        msg << op << " #" << op_seq_ << " failed on rank " << rank_ << " of " << world_ << " (ring: sends to rank "
-            << (rank_ + 1) % world_ << ", receives from rank " << (rank_ - 1 + world_) % world_
+        msg << op << " #" << op_seq_ << " failed on " << who() << " (ring: sends to "
+            << describe((rank_ + 1) % world_) << ", receives from " << describe((rank_ - 1 + world_) % world_)
             << "); a peer has exited or the network failed: " << e.what();
         throw CommError(msg.str());
       }
@@ -247,8 +323,8 @@ class GlooCommunicator : public Communicator {
     }
     if (ok) return;
     std::ostringstream msg;
-    msg << op << " #" << op_seq_ << " failed on rank " << rank_ << " of " << world_ << " while "
-        << (is_recv ? "receiving from" : "sending to") << " rank " << peer << " (timeout "
+    msg << op << " #" << op_seq_ << " failed on " << who() << " while "
+        << (is_recv ? "receiving from " : "sending to ") << describe(peer) << " (timeout "
         << timeout_.count() / 1000.0 << " s; the peer may have exited or stalled): " << why;
     throw CommError(msg.str());
   }
@@ -327,13 +403,17 @@ class GlooCommunicator : public Communicator {
   const int rank_;
   const int world_;
   const std::chrono::milliseconds timeout_;
-  std::unique_ptr<C10dStoreAdapter> adapter_;
-  std::shared_ptr<gloo::transport::Device> device_;
+  const bool group_ = false;  // made by split()
+  std::shared_ptr<GlooShared> shared_;
+  std::vector<int> job_ranks_;  // job rank of each rank of this communicator
+  std::string prefix_;          // store keys of this context ("zeroshard" for the job's)
+  int splits_ = 0;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   uint64_t op_seq_ = 0;
   std::atomic<int64_t> bytes_sent_{0}, bytes_received_{0}, collectives_{0};
-  // Declared last: its thread is joined first on destruction, before the context goes.
-  comm_detail::WorkQueue queue_;
+  // Declared last: when this holds the last reference, the thread is joined before the
+  // context goes (and the destructor above flushes it otherwise).
+  std::shared_ptr<comm_detail::WorkQueue> queue_ = std::make_shared<comm_detail::WorkQueue>();
 };
 
 }  // namespace

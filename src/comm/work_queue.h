@@ -1,5 +1,8 @@
-// One communication thread per communicator: collectives run in issue order, so every
-// rank executes the same sequence, while the caller's thread goes on computing.
+// One communication thread per job: collectives run in issue order, so every rank executes
+// the same sequence, while the caller's thread goes on computing. The groups made by split()
+// share their parent's queue: collectives of different groups then run in the one program
+// order every rank issues them in, which is what rules out cross-group deadlocks (rank a
+// inside group X's collective waiting for rank b, which is inside group Y's waiting for a).
 #pragma once
 
 #include "zeroshard/comm.h"

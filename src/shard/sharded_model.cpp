@@ -34,7 +34,9 @@ struct ShardedModel::PendingReduce {
   Unit* unit;
   at::Tensor local_full;  // this rank's unreduced gradient (transient)
   at::Tensor reduced;     // this rank's reduced slice
-  WorkHandle work;
+  WorkHandle work;        // reduce-scatter in the shard group
+  WorkHandle replica_work;  // hybrid: then the all-reduce across the copies (same queue, runs after)
+  const WorkHandle& last() const { return replica_work ? replica_work : work; }
 };
 
 ShardedModel::ShardedModel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
@@ -43,6 +45,20 @@ ShardedModel::ShardedModel(std::shared_ptr<torch::nn::Module> module, std::share
   if (!module_) throw std::invalid_argument("fully_shard: module is null");
   if (!comm_) throw std::invalid_argument("fully_shard: communicator is null");
   if (!options_.wrap_policy) options_.wrap_policy = wrap_every_hookable();
+  const int world = comm_->world_size(), group = options_.shard_group_size;
+  if (group < 0 || (group > 0 && world % group != 0)) {
+    throw std::invalid_argument("fully_shard: shard_group_size " + std::to_string(group) +
+                                " does not divide the world size " + std::to_string(world) +
+                                " (hybrid sharding needs whole copies of the model)");
+  }
+  if (group > 0 && group < world) {
+    // Groups of consecutive ranks hold one copy each; the ranks holding the same shard in
+    // every copy form a replica group. Both splits are collectives over all ranks.
+    shard_comm_ = comm_->split(comm_->rank() / group);
+    replica_comm_ = comm_->split(comm_->rank() % group);
+  } else {
+    shard_comm_ = comm_;
+  }
   try {
     build_units();
   } catch (...) {
@@ -65,7 +81,7 @@ std::shared_ptr<ShardedModel> fully_shard(std::shared_ptr<torch::nn::Module> mod
 }
 
 void ShardedModel::build_units() {
-  const int rank = comm_->rank(), world = comm_->world_size();
+  const int rank = shard_comm_->rank(), world = shard_comm_->world_size();
   const Strategy strategy = options_.strategy;
 
   // 1. Choose unit modules (pre-order; nothing inside a chosen unit is offered).
@@ -167,7 +183,7 @@ void ShardedModel::build_units() {
   if (source != nullptr) source->check(all);
   for (auto& u : units_) {
     for (FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
-      if (f != nullptr) f->materialize(source, *comm_);
+      if (f != nullptr) f->materialize(source, *shard_comm_);
     }
   }
   options_.param_source.reset();  // only needed while building (it may hold files open)
@@ -183,7 +199,7 @@ void ShardedModel::gather(Unit& unit) {
   for (FlatParam* f : {unit.trainable.get(), unit.frozen.get()}) {
     if (f == nullptr || f->gathered()) continue;
     f->allocate_full();
-    blocking_comm([&] { comm_->all_gather(f->shard(), f->full()); });
+    blocking_comm([&] { shard_comm_->all_gather(f->shard(), f->full()); });
     gathered_bytes_ += f->full_bytes();
   }
   gathered_peak_ = std::max(gathered_peak_, gathered_bytes_);
@@ -236,16 +252,22 @@ void ShardedModel::reduce_unit_grads(Unit& unit) {
   pending->local_full = at::empty({L.padded}, at::kFloat);
   unit.trainable->take_grads_into(pending->local_full);
   pending->reduced = at::empty({L.shard_size}, at::kFloat);
-  pending->work = comm_->reduce_scatter_async(pending->local_full, pending->reduced);
+  pending->work = shard_comm_->reduce_scatter_async(pending->local_full, pending->reduced);
+  // Hybrid: the copies' partial sums of this shard, summed in a fixed ring order (every copy
+  // gets the same bits). Issued now, in program order: it runs once the reduce-scatter is done.
+  if (replica_comm_) pending->replica_work = replica_comm_->all_reduce_async(pending->reduced);
   pending_.push_back(std::move(pending));
   // Bound the unreduced full gradients alive at once (they are what sharding saves).
   drain_pending_reductions(kMaxReductionsInFlight);
 }
 
 void ShardedModel::drain_pending_reductions(size_t max_in_flight) {
-  while (!pending_.empty() && (pending_.size() > max_in_flight || pending_.front()->work->completed())) {
+  while (!pending_.empty() && (pending_.size() > max_in_flight || pending_.front()->last()->completed())) {
     auto& p = pending_.front();
-    blocking_comm([&] { p->work->wait(); });
+    blocking_comm([&] {
+      p->work->wait();
+      if (p->replica_work) p->replica_work->wait();
+    });
     Unit& u = *p->unit;
     if (u.grad_has_data) {
       u.grad_shard.add_(p->reduced);
@@ -276,7 +298,8 @@ double ShardedModel::finish_gradients(double max_norm) {
   }
   const float denom = static_cast<float>(comm_->world_size() * micro_batches_);
   // Norm over this rank's shards, summed in a fixed order; ranks' partials summed in rank
-  // order on every rank. The same partition under every strategy -> the same bits.
+  // order on every rank. The same partition under every strategy -> the same bits. (Hybrid:
+  // every copy holds the same shards, so one group's partials are the whole norm.)
   double local = 0.0;
   for (auto& u : units_) {
     if (!u->trainable) continue;
@@ -286,10 +309,10 @@ double ShardedModel::finish_gradients(double max_norm) {
     for (int64_t i = 0; i < n; ++i) local += static_cast<double>(g[i]) * static_cast<double>(g[i]);
   }
   at::Tensor partial = at::full({1}, local, at::kDouble);
-  at::Tensor all = at::empty({comm_->world_size()}, at::kDouble);
-  blocking_comm([&] { comm_->all_gather(partial, all); });
+  at::Tensor all = at::empty({shard_comm_->world_size()}, at::kDouble);
+  blocking_comm([&] { shard_comm_->all_gather(partial, all); });
   double total = 0.0;
-  for (int r = 0; r < comm_->world_size(); ++r) total += all.data_ptr<double>()[r];
+  for (int r = 0; r < shard_comm_->world_size(); ++r) total += all.data_ptr<double>()[r];
   const double norm = std::sqrt(total);
   if (max_norm > 0.0) {
     const double coef = max_norm / (norm + 1e-6);
@@ -302,7 +325,7 @@ double ShardedModel::finish_gradients(double max_norm) {
   if (!shards_grads(options_.strategy)) {
     // no_shard / optim keep the replicated reduced gradient (what DDP's all-reduce gives).
     for (auto& u : units_) {
-      if (u->trainable) blocking_comm([&] { comm_->all_gather(u->grad_shard, u->grad_full); });
+      if (u->trainable) blocking_comm([&] { shard_comm_->all_gather(u->grad_shard, u->grad_full); });
     }
   }
   return norm;
@@ -324,7 +347,9 @@ std::vector<ShardedModel::TrainableView> ShardedModel::optimizer_views() {
 void ShardedModel::after_optimizer_step() {
   if (options_.strategy == Strategy::Optim || options_.strategy == Strategy::OptimGrads) {
     for (auto& u : units_) {
-      if (u->trainable) blocking_comm([&] { comm_->all_gather(u->trainable->shard(), u->trainable->full()); });
+      if (u->trainable) {
+        blocking_comm([&] { shard_comm_->all_gather(u->trainable->shard(), u->trainable->full()); });
+      }
     }
   }
   for (auto& u : units_) u->grad_has_data = false;

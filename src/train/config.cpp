@@ -138,6 +138,8 @@ std::vector<Key> registry(TrainConfig& c) {
   add_int("parallel.zero_stage", &c.zero_stage, 0, 3);
   add_float("parallel.comm_timeout_s", &c.comm_timeout_s, 1.0, 86400.0);
   add_int("parallel.threads", &c.threads, 0, 1024);
+  add_bool("parallel.hybrid", &c.hybrid);
+  add_int("parallel.shard_group_size", &c.shard_group_size, 0, 1 << 20);
   add_string("data.source", &c.data_source, {"system_text", "synthetic", "file"});
   add_string("data.path", &c.data_path, {});
   add_int("data.synthetic_bytes", &c.data_synthetic_bytes, 1024, int64_t{1} << 34);
@@ -308,12 +310,24 @@ void validate(TrainConfig& c) {
   if (!c.init_from.empty() && !fs::exists(c.init_from)) {
     throw std::invalid_argument("model.init_from: file '" + c.init_from + "' does not exist");
   }
+  if (c.shard_group_size != 0 && !c.hybrid) {
+    throw std::invalid_argument("parallel.shard_group_size=" + std::to_string(c.shard_group_size) +
+                                " only applies to hybrid sharding; set parallel.hybrid: true as well");
+  }
   if (c.min_lr > c.lr) {
     throw std::invalid_argument("train.min_lr (" + to_text(c.min_lr) + ") exceeds train.lr (" + to_text(c.lr) + ")");
   }
 }
 
-void apply_world_size(TrainConfig& c, int world_size) {
+void apply_world_size(TrainConfig& c, int world_size, int local_world_size) {
+  if (c.hybrid) {
+    if (c.shard_group_size == 0) c.shard_group_size = local_world_size;
+    if (world_size % c.shard_group_size != 0) {
+      throw std::invalid_argument("parallel.shard_group_size=" + std::to_string(c.shard_group_size) +
+                                  " does not divide the world size " + std::to_string(world_size) +
+                                  ": hybrid sharding holds one copy of the model per group of that many ranks");
+    }
+  }
   if (c.global_batch_size <= 0) return;
   const int64_t per_micro = static_cast<int64_t>(world_size) * c.micro_batch_size;
   if (c.global_batch_size % per_micro != 0) {

@@ -51,6 +51,10 @@ struct TrainConfig {
   int64_t zero_stage = -1;  // alias; -1 = not set
   double comm_timeout_s = 300;
   int64_t threads = 0;  // intra-op threads per rank; 0 = cores / local ranks
+  // Hybrid sharding: shard within groups of shard_group_size consecutive ranks (0 = the ranks
+  // of one host, LOCAL_WORLD_SIZE), replicate across the groups (ShardOptions::shard_group_size).
+  bool hybrid = false;
+  int64_t shard_group_size = 0;
 
   std::string data_source = "system_text";
   std::string data_path;
@@ -87,8 +91,9 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
 void validate(TrainConfig& c);
 
 // Checks that need the world size: train.global_batch_size must be a multiple of
-// world_size * micro_batch_size (it then sets grad_accum). Throws naming the keys and values.
-void apply_world_size(TrainConfig& c, int world_size);
+// world_size * micro_batch_size (it then sets grad_accum); a hybrid shard group (0 resolves to
+// local_world_size, the ranks per host) must divide the world. Throws naming keys and values.
+void apply_world_size(TrainConfig& c, int world_size, int local_world_size);
 
 // Every key with its current value, in declaration order.
 std::vector<std::pair<std::string, std::string>> config_items(const TrainConfig& c);

@@ -102,7 +102,7 @@ void truncate_metrics(const std::string& path, int64_t step) {
 int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
   StopSignal stop_signal;  // SIGINT/SIGTERM: stop after the step on every rank
   TrainConfig cfg = config;
-  apply_world_size(cfg, rdv.world_size);
+  apply_world_size(cfg, rdv.world_size, rdv.local_world_size);
   const int threads = cfg.threads > 0 ? static_cast<int>(cfg.threads)
                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                                         std::max(1, rdv.local_world_size));
@@ -149,6 +149,7 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
   }
   ShardOptions shard_options;
   shard_options.strategy = parse_strategy(cfg.strategy);
+  shard_options.shard_group_size = cfg.hybrid ? static_cast<int>(cfg.shard_group_size) : 0;
   if (resume) {
     shard_options.param_source = resume->param_source();
   } else if (!cfg.init_from.empty()) {
@@ -160,6 +161,11 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
         [llama, seed](const std::string& name, at::Tensor& t) { models::llama_init(llama, seed, name, t); });
   }
   auto sharded = fully_shard(model.ptr(), comm, shard_options);
+  if (sharded->num_replicas() > 1) {
+    log.line("hybrid sharding: " + std::to_string(sharded->num_replicas()) + " copies of the model, each sharded over " +
+             std::to_string(sharded->shard_comm().world_size()) + " ranks; this rank is in copy " +
+             std::to_string(sharded->replica()));
+  }
   if (cfg.dump_init) io::write_full_parameters(*sharded, run_dir + "/init.safetensors");
   AdamWOptions adam;
   adam.lr = cfg.lr;

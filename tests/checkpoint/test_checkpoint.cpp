@@ -42,19 +42,6 @@ void expect_same_state(const std::string& a_dir, const std::string& b_dir) {
   }
 }
 
-double max_rel_loss_diff(const TrainRun& a, const TrainRun& b, int64_t after_step) {
-  std::map<int64_t, double> loss;
-  for (const auto& m : a.metrics) loss[m["step"].get<int64_t>()] = m["loss"].get<double>();
-  double worst = 0;
-  for (const auto& m : b.metrics) {
-    const int64_t s = m["step"].get<int64_t>();
-    if (s <= after_step) continue;
-    EXPECT_TRUE(loss.count(s)) << "step " << s;
-    worst = std::max(worst, std::abs(m["loss"].get<double>() - loss[s]) / std::abs(loss[s]));
-  }
-  return worst;
-}
-
 }  // namespace
 
 class Resume : public ::testing::TestWithParam<std::string> {};

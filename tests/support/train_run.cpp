@@ -2,7 +2,10 @@
 
 #include "support/spawn.h"
 
+#include <cmath>
 #include <fstream>
+#include <map>
+#include <stdexcept>
 
 namespace zeroshard::testing {
 
@@ -18,12 +21,31 @@ TrainRun train(const std::string& args, int nproc, const std::string& tag, const
   const std::string cmd = std::string(ZS_BINARY) + " train --nproc " + std::to_string(nproc) + kSmallModel +
                           " --set run.dir=" + r.dir + " " + args;
   r.exit_code = run_command(cmd, &r.output);
+  read_metrics(r);
+  return r;
+}
+
+void read_metrics(TrainRun& r) {
+  r.metrics.clear();
   std::ifstream in(r.dir + "/metrics.jsonl");
   std::string line;
   while (std::getline(in, line)) {
     if (!line.empty()) r.metrics.push_back(nlohmann::json::parse(line));
   }
-  return r;
+}
+
+double max_rel_loss_diff(const TrainRun& a, const TrainRun& b, int64_t after_step) {
+  std::map<int64_t, double> loss;
+  for (const auto& m : a.metrics) loss[m["step"].get<int64_t>()] = m["loss"].get<double>();
+  double worst = 0;
+  for (const auto& m : b.metrics) {
+    const int64_t s = m["step"].get<int64_t>();
+    if (s <= after_step) continue;
+    auto it = loss.find(s);
+    if (it == loss.end()) throw std::runtime_error("step " + std::to_string(s) + " of " + b.dir + " is missing in " + a.dir);
+    worst = std::max(worst, std::abs(m["loss"].get<double>() - it->second) / std::abs(it->second));
+  }
+  return worst;
 }
 
 std::vector<std::string> loss_texts(const TrainRun& r) {

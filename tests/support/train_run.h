@@ -21,7 +21,13 @@ struct TrainRun {
 // `zeroshard train --nproc N <kSmallModel> --set run.dir=<fresh dir> <args>`; dir may be given.
 TrainRun train(const std::string& args, int nproc, const std::string& tag, const std::string& dir = "");
 
+// Fills r.metrics from <r.dir>/metrics.jsonl (for runs started some other way).
+void read_metrics(TrainRun& r);
+
 // "loss grad_norm" per step, as printed in metrics.jsonl (exact floats).
 std::vector<std::string> loss_texts(const TrainRun& r);
+
+// Largest |loss_b - loss_a| / |loss_a| over b's steps after after_step (each must be in a).
+double max_rel_loss_diff(const TrainRun& a, const TrainRun& b, int64_t after_step = 0);
 
 }  // namespace zeroshard::testing

@@ -101,6 +101,17 @@ int scenario_collectives(const std::string& out) {
   for (int q = 0; q < W; ++q) CHECK_W(g_out[q * 3].item<float>() == q, "async all_gather");
   CHECK_W(rs_out[0].item<float>() == W, "async reduce_scatter");
   CHECK_W(ar[0].item<float>() == W * (W + 1) / 2, "async all_reduce");
+  // split: ranks of one parity form a group, ranked in job order; the groups run
+  // collectives independently (here at the same time, with different sizes).
+  auto group = comm->split(r % 2);
+  const int members = (W - r % 2 + 1) / 2;
+  CHECK_W(group->world_size() == members && group->rank() == r / 2,
+          "split: rank " << r << " is " << group->rank() << " of " << group->world_size());
+  at::Tensor gs = at::full({7 + r % 2}, static_cast<double>(r), at::kDouble);
+  group->all_reduce(gs);
+  double expect = 0;
+  for (int q = r % 2; q < W; q += 2) expect += q;
+  CHECK_W(gs[0].item<double>() == expect, "split all_reduce: " << gs[0].item<double>() << " != " << expect);
   comm->barrier();
   std::ofstream(out + "/rank" + std::to_string(r) + ".ok") << "ok\n";
   return g_failures ? 3 : 0;

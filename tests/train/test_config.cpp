@@ -90,13 +90,26 @@ TEST(Config, ZeroStageAliasAndItsConflicts) {
 TEST(Config, GlobalBatchMustDivideByRanksTimesMicroBatch) {
   auto c = load_config("", {"train.global_batch_size=24", "train.micro_batch_size=4"});
   TrainConfig at3 = c;
-  apply_world_size(at3, 3);
+  apply_world_size(at3, 3, 3);
   EXPECT_EQ(at3.grad_accum, 2);
   TrainConfig at4 = c;
-  EXPECT_EQ(error_of([&] { apply_world_size(at4, 4); }),
+  EXPECT_EQ(error_of([&] { apply_world_size(at4, 4, 4); }),
             "train.global_batch_size=24 is not a multiple of world size 4 x train.micro_batch_size 4 = 16");
   auto both = load_config("", {"train.global_batch_size=24", "train.micro_batch_size=4", "train.grad_accum=3"});
-  EXPECT_NE(error_of([&] { apply_world_size(both, 3); }).find("contradicts"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_world_size(both, 3, 3); }).find("contradicts"), std::string::npos);
+}
+
+TEST(Config, HybridShardGroupDefaultsToOneHostAndMustDivideTheWorld) {
+  auto c = load_config("", {"parallel.hybrid=true"});
+  TrainConfig two_hosts = c;
+  apply_world_size(two_hosts, 4, 2);  // 2 hosts x 2 ranks
+  EXPECT_EQ(two_hosts.shard_group_size, 2);
+  TrainConfig odd = load_config("", {"parallel.hybrid=true", "parallel.shard_group_size=3"});
+  EXPECT_EQ(error_of([&] { apply_world_size(odd, 4, 4); }),
+            "parallel.shard_group_size=3 does not divide the world size 4: hybrid sharding holds one copy of the "
+            "model per group of that many ranks");
+  EXPECT_NE(error_of([] { load_config("", {"parallel.shard_group_size=2"}); }).find("set parallel.hybrid: true"),
+            std::string::npos);
 }
 
 TEST(Config, CheckpointAndFaultKeysAreValidated) {
