@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages zeroshard needs; a no-op when all are present.
 set -euo pipefail
 PKGS=(build-essential cmake ccache libtorch-dev libgloo-dev libyaml-cpp-dev libcli11-dev
-      nlohmann-json3-dev libgtest-dev libbenchmark-dev libopenblas0-pthread python3-torch chromium)
+      nlohmann-json3-dev libgtest-dev libbenchmark-dev libopenblas0-pthread python3-torch chromium
+      iproute2)  # iproute2: `ip netns` for the two-host tests
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
