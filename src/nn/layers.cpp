@@ -17,6 +17,14 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool bias) {
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, weight, bias); }
 
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
+  w1 = register_module("w1", Linear(dim, hidden));
+  w2 = register_module("w2", Linear(hidden, dim));
+  w3 = register_module("w3", Linear(dim, hidden));
+}
+
+torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) { return w2(torch::silu(w1(x)) * w3(x)); }
+
 EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim) {
   weight = register_parameter("weight", new_parameter({num_embeddings, dim}));
   if (!DeferredInit::active()) {

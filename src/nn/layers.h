@@ -1,5 +1,5 @@
-// Layers shared by the model zoo: Linear, Embedding, RMSNorm, rotary position embeddings,
-// causal attention. Their parameters come from new_parameter(), so a model built inside a
+// Layers shared by the model zoo: Linear, Embedding, RMSNorm, SwiGLU feed-forward, rotary
+// position embeddings, causal attention. Their parameters come from new_parameter(), so a model built inside a
 // DeferredInit scope holds no parameter bytes until fully_shard materializes its shards.
 #pragma once
 
@@ -38,6 +38,15 @@ class RMSNormImpl : public torch::nn::Module {
   double eps_;
 };
 TORCH_MODULE(RMSNorm);
+
+// SwiGLU feed-forward: w2(silu(w1 x) * w3 x), no biases (Llama's FFN and each MoE expert).
+class FeedForwardImpl : public torch::nn::Module {
+ public:
+  FeedForwardImpl(int64_t dim, int64_t hidden);
+  torch::Tensor forward(const torch::Tensor& x);
+  Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+};
+TORCH_MODULE(FeedForward);
 
 // cos/sin tables for the half-split ("rotate_half") RoPE convention, shape [T, head_dim].
 struct RopeTables {

@@ -97,7 +97,7 @@ std::vector<Key> registry(TrainConfig& c) {
                     [=] { return *p; }, allowed});
   };
   const int64_t big = std::numeric_limits<int32_t>::max();
-  add_string("model.series", &c.model_series, {"llama"});
+  add_string("model.series", &c.model_series, {"llama", "moe"});
   add_int("model.vocab_size", &c.llama.vocab_size, 1, big);
   add_int("model.dim", &c.llama.dim, 1, big);
   add_int("model.n_layers", &c.llama.n_layers, 0, 10000);
@@ -108,6 +108,10 @@ std::vector<Key> registry(TrainConfig& c) {
   add_float("model.rope_theta", &c.llama.rope_theta, 1.0, 1e9);
   add_bool("model.tie_embeddings", &c.llama.tie_embeddings);
   add_int("model.max_seq_len", &c.llama.max_seq_len, 1, 1 << 20);
+  add_int("model.n_experts", &c.llama.moe.n_experts, 0, 4096);
+  add_int("model.top_k", &c.llama.moe.top_k, 1, 4096);
+  add_int("model.shared_expert_hidden", &c.llama.moe.shared_expert_hidden, 0, big);
+  add_float("model.aux_loss_coef", &c.llama.moe.aux_loss_coef, 0.0, 100.0);
   add_string("model.init_from", &c.init_from, {});
   add_int("train.steps", &c.steps, 1, big);
   add_int("train.micro_batch_size", &c.micro_batch_size, 1, 1 << 20);
@@ -294,6 +298,15 @@ void validate(TrainConfig& c) {
     c.strategy = strategy_name(strategy_from_zero_stage(static_cast<int>(c.zero_stage)));
   }
   parse_strategy(c.strategy);
+  if (c.model_series == "llama" && !(c.llama.moe == models::MoeConfig{})) {
+    throw std::invalid_argument(
+        "model.n_experts, model.top_k, model.shared_expert_hidden and model.aux_loss_coef apply to model.series: moe, "
+        "not llama");
+  }
+  if (c.model_series == "moe" && c.llama.moe.n_experts < 2) {
+    throw std::invalid_argument("model.series: moe needs model.n_experts >= 2, got " +
+                                std::to_string(c.llama.moe.n_experts));
+  }
   c.llama.validate();
   if (c.seq_len > c.llama.max_seq_len) {
     throw std::invalid_argument("train.seq_len (" + std::to_string(c.seq_len) + ") exceeds model.max_seq_len (" +

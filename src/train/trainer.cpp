@@ -256,7 +256,8 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
       const auto t0 = Clock::now();
       sharded->reset_gathered_peak();
       sharded->reset_exposed_comm();
-      double loss_sum = 0.0;
+      double loss_sum = 0.0, aux_sum = 0.0;
+      at::Tensor expert_tokens;  // MoE: routed tokens per (block, expert) over the step's micro-batches
       if (cfg.debug_fail_at_step == step && cfg.debug_fail_rank == rank) {
         if (cfg.debug_fail_kind == "exception") {
           throw std::runtime_error("injected failure (debug.fail_at_step=" + std::to_string(step) + ") on rank " +
@@ -279,16 +280,26 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
         }
         sharded->backward(loss);
         loss_sum += static_cast<double>(loss.item<float>());
+        if (cfg.llama.moe.enabled()) {
+          aux_sum += model->last_aux_loss();
+          at::Tensor t = model->last_tokens_per_expert();
+          expert_tokens = expert_tokens.defined() ? expert_tokens + t : t;
+        }
       }
       // Every rank sees every rank's loss and the global gradient norm, so all decide alike.
-      at::Tensor rank_losses = at::empty({world}, at::kDouble);
+      at::Tensor rank_losses = at::empty({2 * world}, at::kDouble);  // (LM loss, MoE aux loss) per rank
       const auto gather_t0 = Clock::now();
-      comm->all_gather(at::full({1}, loss_sum, at::kDouble), rank_losses);
+      comm->all_gather(at::tensor({loss_sum, aux_sum}, at::kDouble), rank_losses);
+      if (expert_tokens.defined()) {
+        expert_tokens = expert_tokens.reshape({-1}).contiguous();
+        comm->all_reduce(expert_tokens);
+      }
       const double loss_gather_s = std::chrono::duration<double>(Clock::now() - gather_t0).count();
-      double total_loss = 0.0;
+      double total_loss = 0.0, total_aux = 0.0;
       std::string bad_ranks;
       for (int r = 0; r < world; ++r) {
-        const double l = rank_losses.data_ptr<double>()[r];
+        const double l = rank_losses.data_ptr<double>()[2 * r];
+        total_aux += rank_losses.data_ptr<double>()[2 * r + 1];
         total_loss += l;
         if (!std::isfinite(l)) bad_ranks += (bad_ranks.empty() ? "" : ", ") + std::to_string(r);
       }
@@ -357,6 +368,13 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
                                {"rss_peak_bytes", a[4]},
                                {"skipped", !finite},
                                {"ranks", per_rank}};
+        if (expert_tokens.defined()) {
+          // Mean over ranks and micro-batches of the blocks' summed load-balancing losses
+          // (1.0 per block when routing is perfectly even).
+          line["aux_loss"] = total_aux / static_cast<double>(world * cfg.grad_accum);
+          // (block, expert) pairs that no rank routed a token to: parameters without a gradient.
+          line["moe_idle_experts"] = expert_tokens.eq(0).sum().item<int64_t>();
+        }
         metrics->write(line);
         const double elapsed = std::chrono::duration<double>(Clock::now() - job_start).count();
         const double eta = elapsed / static_cast<double>(step - start_step) * static_cast<double>(cfg.steps - step);

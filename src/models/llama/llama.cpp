@@ -10,7 +10,8 @@ namespace zeroshard::models {
 int64_t LlamaConfig::num_params() const {
   const int64_t hd = head_dim();
   const int64_t attn = dim * n_heads * hd + 2 * dim * n_kv_heads * hd + n_heads * hd * dim;
-  const int64_t block = attn + 3 * dim * ffn_hidden + 2 * dim;
+  const int64_t ffn = moe.enabled() ? moe.num_params(dim, ffn_hidden) : 3 * dim * ffn_hidden;
+  const int64_t block = attn + ffn + 2 * dim;
   return vocab_size * dim * (tie_embeddings ? 1 : 2) + n_layers * block + dim;
 }
 
@@ -29,6 +30,7 @@ void LlamaConfig::validate() const {
   need(ffn_hidden > 0, "ffn_hidden must be > 0, got " + std::to_string(ffn_hidden));
   need(max_seq_len > 0, "max_seq_len must be > 0, got " + std::to_string(max_seq_len));
   need(norm_eps > 0, "norm_eps must be > 0");
+  moe.validate();
 }
 
 AttentionImpl::AttentionImpl(const LlamaConfig& c, std::shared_ptr<const nn::RopeTables> rope)
@@ -51,26 +53,27 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
   return wo(out.transpose(1, 2).reshape({B, T, n_heads_ * head_dim_}));
 }
 
-FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
-  auto lin = [](int64_t in, int64_t out) { return nn::Linear(in, out); };
-  w1 = register_module("w1", lin(dim, hidden));
-  w2 = register_module("w2", lin(hidden, dim));
-  w3 = register_module("w3", lin(dim, hidden));
-}
-
-torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) { return w2(torch::silu(w1(x)) * w3(x)); }
-
 LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& c, std::shared_ptr<const nn::RopeTables> rope) {
   attention_norm = register_module("attention_norm", nn::RMSNorm(c.dim, c.norm_eps));
   attention = register_module("attention", Attention(c, rope));
   ffn_norm = register_module("ffn_norm", nn::RMSNorm(c.dim, c.norm_eps));
-  feed_forward = register_module("feed_forward", FeedForward(c.dim, c.ffn_hidden));
+  if (c.moe.enabled()) {
+    moe = register_module("feed_forward", MoeFeedForward(c.dim, c.ffn_hidden, c.moe));
+    aux_loss_coef_ = c.moe.aux_loss_coef;
+  } else {
+    feed_forward = register_module("feed_forward", nn::FeedForward(c.dim, c.ffn_hidden));
+  }
 }
 
 torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x) {
   return call_hooked(x, [this](const torch::Tensor& in) {
     auto h = in + attention(attention_norm(in));
-    return h + feed_forward(ffn_norm(h));
+    if (!moe) return h + feed_forward(ffn_norm(h));
+    MoeOutput routed = moe(ffn_norm(h));
+    last_aux_loss = routed.aux_loss.detach();
+    last_tokens_per_expert = routed.tokens_per_expert;
+    // The block's output carries the aux loss's gradient (see attach_aux_loss).
+    return attach_aux_loss(h + routed.out, routed.aux_loss, aux_loss_coef_);
   });
 }
 
@@ -97,6 +100,21 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
     const auto& w = config_.tie_embeddings ? tok_embeddings->weight : output->weight;
     return torch::matmul(h, w.t());
   });
+}
+
+double LlamaImpl::last_aux_loss() const {
+  double sum = 0.0;
+  for (const auto& layer : *layers) {
+    const auto& aux = layer->as<LlamaBlockImpl>()->last_aux_loss;
+    if (aux.defined()) sum += aux.item<double>();
+  }
+  return sum;
+}
+
+torch::Tensor LlamaImpl::last_tokens_per_expert() const {
+  std::vector<torch::Tensor> rows;
+  for (const auto& layer : *layers) rows.push_back(layer->as<LlamaBlockImpl>()->last_tokens_per_expert);
+  return torch::stack(rows);
 }
 
 void LlamaImpl::reset_parameters(uint64_t seed) {

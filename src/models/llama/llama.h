@@ -3,6 +3,7 @@
 // engine can wrap them, but nothing here knows about sharding.
 #pragma once
 
+#include "models/moe/moe.h"
 #include "nn/layers.h"
 #include "zeroshard/nn/hookable.h"
 
@@ -23,6 +24,8 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   bool tie_embeddings = true;
   int64_t max_seq_len = 256;
+  MoeConfig moe;  // n_experts > 0: every block's feed-forward is routed (series moe), each
+                  // expert a SwiGLU of ffn_hidden
 
   int64_t head_dim() const { return dim / n_heads; }
   int64_t num_params() const;
@@ -41,21 +44,20 @@ class AttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
-class FeedForwardImpl : public torch::nn::Module {
- public:
-  FeedForwardImpl(int64_t dim, int64_t hidden);
-  torch::Tensor forward(const torch::Tensor& x);
-  nn::Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
-};
-TORCH_MODULE(FeedForward);
-
 class LlamaBlockImpl : public nn::HookableModule {
  public:
   LlamaBlockImpl(const LlamaConfig& c, std::shared_ptr<const nn::RopeTables> rope);
   torch::Tensor forward(const torch::Tensor& x);
   nn::RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
   Attention attention{nullptr};
-  FeedForward feed_forward{nullptr};
+  nn::FeedForward feed_forward{nullptr};  // dense blocks
+  MoeFeedForward moe{nullptr};            // routed blocks (registered as "feed_forward" too)
+  // The last forward's load-balancing loss (detached) and routed tokens per expert
+  // (int64 [n_experts]); undefined for dense blocks.
+  torch::Tensor last_aux_loss, last_tokens_per_expert;
+
+ private:
+  double aux_loss_coef_ = 0.0;
 };
 TORCH_MODULE(LlamaBlock);
 
@@ -68,6 +70,10 @@ class LlamaImpl : public nn::HookableModule {
   // inside nn::DeferredInit: fully_shard materializes those from a ParamSource).
   void reset_parameters(uint64_t seed);
   const LlamaConfig& config() const { return config_; }
+  // MoE: the sum over blocks of the last forward's load-balancing losses (0 for dense).
+  double last_aux_loss() const;
+  // MoE: routed (token, slot) pairs per block and expert in the last forward, int64 [L, E].
+  torch::Tensor last_tokens_per_expert() const;
 
   nn::Embedding tok_embeddings{nullptr};
   torch::nn::ModuleList layers{nullptr};
