@@ -1,10 +1,14 @@
 // The `zeroshard` command line.
 #include "checkpoint/checkpoint.h"
 #include "report/report.h"
+#include "sample/sample.h"
 #include "train/config.h"
 #include "train/trainer.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/launch.h"
+#include "zeroshard/shard.h"
+
+#include <ATen/Parallel.h>
 
 #include <c10/util/Exception.h>
 
@@ -13,7 +17,9 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <thread>
 #include <cstdio>
 #include <iostream>
 
@@ -103,6 +109,28 @@ int cmd_inspect(const std::string& path, bool brief) {
   return ok ? 0 : 2;
 }
 
+int cmd_sample(const zeroshard::sample::SampleOptions& o, int nproc) {
+  using namespace zeroshard;
+  RendezvousInfo rdv = RendezvousInfo::from_env();
+  const bool inside_job = std::getenv("RANK") != nullptr;
+  if (!inside_job && nproc > 1) {
+    parse_strategy(o.strategy);  // fails before any rank starts
+    LaunchOptions lo;
+    lo.nproc = nproc;
+    lo.argv = {self_exe(),  "sample",          o.checkpoint, "--prompt",      o.prompt,
+               "--tokens",  std::to_string(o.tokens),       "--temperature", std::to_string(o.temperature),
+               "--top-k",   std::to_string(o.top_k),        "--seed",        std::to_string(o.seed),
+               "--strategy", o.strategy};
+    if (!o.kv_cache) lo.argv.push_back("--no-cache");
+    return launch_local(lo);
+  }
+  at::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                         std::max(1, rdv.local_world_size)));
+  const std::string text = sample::generate_text(o, rdv);
+  if (rdv.rank == 0) std::printf("%s\n", text.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -158,6 +186,25 @@ int main(int argc, char** argv) {
   report->add_option("runs", report_runs, "Run folders (with metrics.jsonl) to compare")->required();
   report->add_option("-o,--output", report_out, "The HTML file to write");
 
+  auto* sample = app.add_subcommand(
+      "sample", "Generate text from a trained LM checkpoint (llama, moe) under any strategy; rank 0 prints it");
+  zeroshard::sample::SampleOptions sample_options;
+  int sample_nproc = 1;
+  bool sample_no_cache = false;
+  sample->add_option("checkpoint", sample_options.checkpoint, "A checkpoint folder, checkpoints folder or run folder")
+      ->required();
+  sample->add_option("--prompt", sample_options.prompt, "Text to continue (default: a newline)");
+  sample->add_option("--tokens", sample_options.tokens, "Tokens (bytes) to generate")->check(CLI::Range(1, 1 << 20));
+  sample->add_option("--temperature", sample_options.temperature, "0: greedy; otherwise softmax(logits / T)")
+      ->check(CLI::NonNegativeNumber);
+  sample->add_option("--top-k", sample_options.top_k, "Sample among the k most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  sample->add_option("--seed", sample_options.seed, "Seed of the sampler");
+  sample->add_option("--strategy", sample_options.strategy,
+                     "Sharding of the weights while sampling: no_shard, optim, optim_grads, optim_grads_params");
+  sample->add_option("--nproc", sample_nproc, "Ranks to shard the model over")->check(CLI::Range(1, 1024));
+  sample->add_flag("--no-cache", sample_no_cache, "Recompute the whole sequence for every token (no KV cache)");
+
   CLI11_PARSE(app, argc, argv);
   const char* rank_env = std::getenv("RANK");
   const std::string who = rank_env ? std::string(" (rank ") + rank_env + ")" : std::string();
@@ -168,6 +215,10 @@ int main(int argc, char** argv) {
     }
     if (exp->parsed()) return cmd_export(export_from, export_out, export_dtype, export_state, export_max_file_mb);
     if (inspect->parsed()) return cmd_inspect(inspect_path, inspect_brief);
+    if (sample->parsed()) {
+      sample_options.kv_cache = !sample_no_cache;
+      return cmd_sample(sample_options, sample_nproc);
+    }
     if (report->parsed()) {
       zeroshard::report::write_report(report_runs, report_out);
       std::printf("wrote %s (%zu runs)\n", report_out.c_str(), report_runs.size());

@@ -61,24 +61,26 @@ RopeTables RopeTables::make(int64_t max_seq_len, int64_t head_dim, double theta)
   return r;
 }
 
-torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope) {
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope, int64_t offset) {
   const int64_t T = x.size(2), D = x.size(3);
-  TORCH_CHECK(T <= rope.cos.size(0), "sequence length ", T, " exceeds the RoPE table (max_seq_len ",
+  TORCH_CHECK(offset + T <= rope.cos.size(0), "sequence length ", offset + T, " exceeds the RoPE table (max_seq_len ",
               rope.cos.size(0), ")");
-  auto cos = rope.cos.narrow(0, 0, T).to(x.scalar_type());
-  auto sin = rope.sin.narrow(0, 0, T).to(x.scalar_type());
+  auto cos = rope.cos.narrow(0, offset, T).to(x.scalar_type());
+  auto sin = rope.sin.narrow(0, offset, T).to(x.scalar_type());
   auto x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);
   auto rotated = torch::cat({-x2, x1}, -1);
   return x * cos + rotated * sin;
 }
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  const int64_t H = q.size(1), Hkv = k.size(1), T = q.size(2), D = q.size(3);
+  const int64_t H = q.size(1), Hkv = k.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
   TORCH_CHECK(H % Hkv == 0, "n_heads ", H, " must be a multiple of n_kv_heads ", Hkv);
+  TORCH_CHECK(Tk >= Tq, "causal_attention: ", Tk, " keys for ", Tq, " queries");
   auto kk = H == Hkv ? k : k.repeat_interleave(H / Hkv, 1);
   auto vv = H == Hkv ? v : v.repeat_interleave(H / Hkv, 1);
   auto scores = torch::matmul(q, kk.transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
-  auto mask = torch::ones({T, T}, torch::kBool).triu(1);
+  // Query i sits at position Tk - Tq + i and sees keys 0 .. Tk - Tq + i.
+  auto mask = torch::ones({Tq, Tk}, torch::kBool).triu(Tk - Tq + 1);
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   auto probs = torch::softmax(scores.to(torch::kFloat), -1).to(q.scalar_type());
   return torch::matmul(probs, vv);

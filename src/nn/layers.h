@@ -54,11 +54,12 @@ struct RopeTables {
   static RopeTables make(int64_t max_seq_len, int64_t head_dim, double theta);
 };
 
-// x: [B, H, T, head_dim]; positions 0..T-1.
-torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope);
+// x: [B, H, T, head_dim]; positions offset .. offset+T-1 (offset: tokens already in a KV cache).
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope, int64_t offset = 0);
 
-// Causal scaled-dot-product attention. q: [B, H, T, D]; k, v: [B, Hkv, T, D] with H a
-// multiple of Hkv (grouped-query: kv head j serves q heads j*H/Hkv .. (j+1)*H/Hkv - 1).
+// Causal scaled-dot-product attention. q: [B, H, Tq, D]; k, v: [B, Hkv, Tk, D] with H a
+// multiple of Hkv (grouped-query: kv head j serves q heads j*H/Hkv .. (j+1)*H/Hkv - 1) and
+// Tk >= Tq: the queries are the last Tq positions (the keys before them come from a KV cache).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
 }  // namespace zeroshard::nn

@@ -42,13 +42,22 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c, std::shared_ptr<const nn::Rop
   wo = register_module("wo", lin(c.n_heads * head_dim_, c.dim));
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, torch::Tensor* cache_k, torch::Tensor* cache_v,
+                                     int64_t offset) {
   const int64_t B = x.size(0), T = x.size(1);
   auto q = wq(x).view({B, T, n_heads_, head_dim_}).transpose(1, 2);
   auto k = wk(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
   auto v = wv(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
-  q = nn::apply_rope(q, *rope_);
-  k = nn::apply_rope(k, *rope_);
+  q = nn::apply_rope(q, *rope_, offset);
+  k = nn::apply_rope(k, *rope_, offset);
+  if (cache_k != nullptr) {
+    if (cache_k->defined()) {
+      k = torch::cat({*cache_k, k}, 2);
+      v = torch::cat({*cache_v, v}, 2);
+    }
+    *cache_k = k;
+    *cache_v = v;
+  }
   auto out = nn::causal_attention(q, k, v);
   return wo(out.transpose(1, 2).reshape({B, T, n_heads_ * head_dim_}));
 }
@@ -65,9 +74,11 @@ LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& c, std::shared_ptr<const nn::R
   }
 }
 
-torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x) {
-  return call_hooked(x, [this](const torch::Tensor& in) {
-    auto h = in + attention(attention_norm(in));
+torch::Tensor LlamaBlockImpl::forward(const torch::Tensor& x, KVCache* cache, size_t index) {
+  return call_hooked(x, [this, cache, index](const torch::Tensor& in) {
+    auto h = in + (cache == nullptr ? attention(attention_norm(in))
+                                    : attention(attention_norm(in), &cache->keys[index], &cache->values[index],
+                                                cache->length));
     if (!moe) return h + feed_forward(ffn_norm(h));
     MoeOutput routed = moe(ffn_norm(h));
     last_aux_loss = routed.aux_loss.detach();
@@ -89,13 +100,19 @@ LlamaImpl::LlamaImpl(const LlamaConfig& c) : config_(c) {
   }
 }
 
-torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens) {
-  return call_hooked(tokens, [this](const torch::Tensor& toks) {
+torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, KVCache* cache) {
+  return call_hooked(tokens, [this, cache](const torch::Tensor& toks) {
     TORCH_CHECK(toks.dim() == 2, "Llama: tokens must be [batch, seq], got ", toks.sizes());
-    TORCH_CHECK(toks.size(1) <= config_.max_seq_len, "Llama: sequence length ", toks.size(1),
+    const int64_t past = cache == nullptr ? 0 : cache->length;
+    TORCH_CHECK(past + toks.size(1) <= config_.max_seq_len, "Llama: sequence length ", past + toks.size(1),
                 " exceeds max_seq_len ", config_.max_seq_len);
+    if (cache != nullptr) {
+      cache->keys.resize(layers->size());
+      cache->values.resize(layers->size());
+    }
     auto h = tok_embeddings(toks);
-    for (const auto& layer : *layers) h = layer->as<LlamaBlockImpl>()->forward(h);
+    for (size_t i = 0; i < layers->size(); ++i) h = layers[i]->as<LlamaBlockImpl>()->forward(h, cache, i);
+    if (cache != nullptr) cache->length = past + toks.size(1);
     h = norm(h);
     const auto& w = config_.tie_embeddings ? tok_embeddings->weight : output->weight;
     return torch::matmul(h, w.t());

@@ -32,10 +32,20 @@ struct LlamaConfig {
   void validate() const;  // throws std::invalid_argument naming the bad field
 };
 
+// Keys and values of the tokens seen so far, per block, for generation without recomputing
+// the prefix: each forward with a cache appends its tokens and attends over all of them.
+struct KVCache {
+  std::vector<torch::Tensor> keys, values;  // per block: [B, n_kv_heads, length, head_dim]
+  int64_t length = 0;                       // tokens cached
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const LlamaConfig& c, std::shared_ptr<const nn::RopeTables> rope);
-  torch::Tensor forward(const torch::Tensor& x);
+  // cache_k / cache_v (null: no cache) hold the earlier tokens' keys/values and get this
+  // call's appended; `offset` is the position of x's first token.
+  torch::Tensor forward(const torch::Tensor& x, torch::Tensor* cache_k = nullptr, torch::Tensor* cache_v = nullptr,
+                        int64_t offset = 0);
   nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 
  private:
@@ -47,7 +57,7 @@ TORCH_MODULE(Attention);
 class LlamaBlockImpl : public nn::HookableModule {
  public:
   LlamaBlockImpl(const LlamaConfig& c, std::shared_ptr<const nn::RopeTables> rope);
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(const torch::Tensor& x, KVCache* cache = nullptr, size_t index = 0);
   nn::RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
   Attention attention{nullptr};
   nn::FeedForward feed_forward{nullptr};  // dense blocks
@@ -64,8 +74,9 @@ TORCH_MODULE(LlamaBlock);
 class LlamaImpl : public nn::HookableModule {
  public:
   explicit LlamaImpl(const LlamaConfig& c);
-  // tokens [B, T] int64 -> logits [B, T, vocab] float
-  torch::Tensor forward(const torch::Tensor& tokens);
+  // tokens [B, T] int64 -> logits [B, T, vocab] float. With a cache, tokens continue the
+  // cached sequence (positions cache->length ...) and are appended to it.
+  torch::Tensor forward(const torch::Tensor& tokens, KVCache* cache = nullptr);
   // Re-initializes every parameter from (seed, name) with llama_init (not for a model built
   // inside nn::DeferredInit: fully_shard materializes those from a ParamSource).
   void reset_parameters(uint64_t seed);

@@ -1,0 +1,97 @@
+#include "sample/sample.h"
+
+#include "checkpoint/checkpoint.h"
+#include "data/text_dataset.h"
+#include "models/llama/llama.h"
+#include "train/config.h"
+#include "zeroshard/nn/deferred.h"
+#include "zeroshard/shard.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <limits>
+#include <stdexcept>
+
+namespace zeroshard::sample {
+
+namespace {
+
+// The checkpoint's model.* keys as --set overrides: the model is rebuilt through the same
+// validated config path as training.
+train::TrainConfig model_config_of(const ckpt::Checkpoint& ck) {
+  const nlohmann::json& cfg = ck.config();
+  if (!cfg.contains("model") || !cfg["model"].is_object()) {
+    throw std::runtime_error(ck.dir() + "/manifest.json: its config has no 'model' section");
+  }
+  std::vector<std::string> overrides;
+  for (auto it = cfg["model"].begin(); it != cfg["model"].end(); ++it) {
+    if (it.key() == "init_from") continue;  // where the run's first weights came from, not the model
+    const auto& v = it.value();
+    overrides.push_back("model." + it.key() + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
+  }
+  // The run's sequence length, so the cross-field checks see the run's own values.
+  if (cfg.contains("train") && cfg["train"].contains("seq_len")) {
+    overrides.push_back("train.seq_len=" + cfg["train"]["seq_len"].dump());
+  }
+  return train::load_config("", overrides);
+}
+
+}  // namespace
+
+std::string generate_text(const SampleOptions& o, const RendezvousInfo& rdv) {
+  if (o.tokens < 1) throw std::invalid_argument("--tokens must be >= 1, got " + std::to_string(o.tokens));
+  if (o.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
+  if (o.top_k < 0) throw std::invalid_argument("--top-k must be >= 0");
+  if (o.prompt.empty()) throw std::invalid_argument("--prompt must not be empty (the model needs a first token)");
+  ckpt::Checkpoint ck(ckpt::resolve_checkpoint(o.checkpoint));
+  const train::TrainConfig cfg = model_config_of(ck);
+  const auto prompt = data::ByteTokenizer::encode(o.prompt);
+  const int64_t total = static_cast<int64_t>(prompt.size()) + o.tokens;
+  if (total > cfg.llama.max_seq_len) {
+    throw std::invalid_argument("prompt (" + std::to_string(prompt.size()) + " tokens) + --tokens " +
+                                std::to_string(o.tokens) + " = " + std::to_string(total) + " exceeds model.max_seq_len " +
+                                std::to_string(cfg.llama.max_seq_len) + " of " + ck.dir());
+  }
+
+  auto comm = make_communicator(rdv);
+  models::Llama model{nullptr};
+  {
+    nn::DeferredInit deferred;
+    model = models::Llama(cfg.llama);
+  }
+  ShardOptions so;
+  so.strategy = parse_strategy(o.strategy);
+  so.param_source = ck.param_source();
+  auto sharded = fully_shard(model.ptr(), comm, so);
+
+  torch::NoGradGuard no_grad;
+  std::vector<int64_t> seq(prompt.begin(), prompt.end());
+  models::KVCache cache;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+  at::Tensor logits = model->forward(torch::tensor(seq, torch::kLong).unsqueeze(0), o.kv_cache ? &cache : nullptr);
+  for (int64_t i = 0; i < o.tokens; ++i) {
+    at::Tensor next = at::zeros({1}, at::kLong);
+    if (comm->rank() == 0) {
+      at::Tensor last = logits[0][-1].to(at::kFloat);
+      if (o.temperature == 0.0) {
+        next.fill_(last.argmax().item<int64_t>());
+      } else {
+        at::Tensor scaled = last / o.temperature;
+        if (o.top_k > 0 && o.top_k < scaled.numel()) {
+          const double kth = std::get<0>(scaled.topk(o.top_k)).min().item<double>();
+          scaled = scaled.masked_fill(scaled < kth, -std::numeric_limits<float>::infinity());
+        }
+        next.fill_(at::multinomial(torch::softmax(scaled, -1), 1, false, gen).item<int64_t>());
+      }
+    }
+    comm->broadcast(next, 0);  // every rank continues with rank 0's token
+    seq.push_back(next.item<int64_t>());
+    if (i + 1 == o.tokens) break;
+    logits = o.kv_cache ? model->forward(next.view({1, 1}), &cache)
+                        : model->forward(torch::tensor(seq, torch::kLong).unsqueeze(0));
+  }
+  return data::ByteTokenizer::decode(seq);
+}
+
+}  // namespace zeroshard::sample
