@@ -72,6 +72,13 @@ class ParamSource {
 // keeps the requested range: memory is one parameter at a time.
 std::shared_ptr<ParamSource> param_source_from_init(std::function<void(const std::string&, at::Tensor&)> fn);
 
+// Routes each parameter to one of two sources: those for which take_from_second(name) holds
+// come from `second` (e.g. fresh LoRA adapters from the seeded init), the rest from `first`
+// (e.g. the base model's safetensors file). Each source checks only its own parameters.
+std::shared_ptr<ParamSource> combine_param_sources(std::shared_ptr<ParamSource> first,
+                                                   std::shared_ptr<ParamSource> second,
+                                                   std::function<bool(const std::string&)> take_from_second);
+
 struct ShardOptions {
   ShardOptions() = default;
   ShardOptions(Strategy s) : strategy(s) {}  // NOLINT: implicit, so {Strategy::Optim} reads naturally

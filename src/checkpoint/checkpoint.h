@@ -128,7 +128,8 @@ class Checkpoint {
 // Returns the files written (the index last).
 std::vector<std::string> export_safetensors(const std::string& checkpoint_dir, const std::string& out_path,
                                             at::ScalarType dtype, const std::string& state = "param",
-                                            uint64_t max_file_bytes = 0);
+                                            uint64_t max_file_bytes = 0,
+                                            bool trainable_only = false);
 
 // What `zeroshard inspect` prints; returns false when a file is missing or damaged.
 bool describe(const std::string& checkpoint_dir, std::string* text, bool list_tensors = true);

@@ -11,7 +11,8 @@
 namespace zeroshard::ckpt {
 
 std::vector<std::string> export_safetensors(const std::string& checkpoint_dir, const std::string& out_path,
-                                            at::ScalarType dtype, const std::string& state, uint64_t max_file_bytes) {
+                                            at::ScalarType dtype, const std::string& state, uint64_t max_file_bytes,
+                                            bool trainable_only) {
   if (dtype != at::kFloat && dtype != at::kBFloat16) {
     throw std::invalid_argument("export: dtype must be fp32 or bf16");
   }
@@ -23,7 +24,8 @@ std::vector<std::string> export_safetensors(const std::string& checkpoint_dir, c
   std::vector<std::vector<const TensorRecord*>> groups(1);
   uint64_t group_bytes = 0;
   for (const auto& t : ck.tensors()) {
-    if (state != "param" && !t.trainable) continue;  // frozen tensors have no optimizer state
+    // Frozen tensors have no optimizer state; a LoRA run's trainable ones are its adapters.
+    if ((state != "param" || trainable_only) && !t.trainable) continue;
     const uint64_t bytes = static_cast<uint64_t>(t.numel) * c10::elementSize(dtype);
     if (max_file_bytes > 0 && !groups.back().empty() && group_bytes + bytes > max_file_bytes) {
       groups.emplace_back();
@@ -31,6 +33,9 @@ std::vector<std::string> export_safetensors(const std::string& checkpoint_dir, c
     }
     groups.back().push_back(&t);
     group_bytes += bytes;
+  }
+  if (groups[0].empty()) {
+    throw std::invalid_argument("export: " + checkpoint_dir + " has no trainable tensors to export");
   }
   const std::map<std::string, std::string> metadata = {
       {"format", "pt"}, {"producer", "zeroshard"}, {"step", std::to_string(ck.step())}, {"state", state}};

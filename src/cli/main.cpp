@@ -93,10 +93,11 @@ int cmd_config_show(const std::string& config_path, const std::vector<std::strin
 }
 
 int cmd_export(const std::string& from, const std::string& out, const std::string& dtype, const std::string& state,
-               double max_file_mb) {
+               double max_file_mb, bool trainable_only) {
   const std::string dir = zeroshard::ckpt::resolve_checkpoint(from);
   const auto files = zeroshard::ckpt::export_safetensors(dir, out, dtype == "bf16" ? at::kBFloat16 : at::kFloat, state,
-                                                         static_cast<uint64_t>(max_file_mb * 1024 * 1024));
+                                                         static_cast<uint64_t>(max_file_mb * 1024 * 1024),
+                                                         trainable_only);
   std::printf("exported %s (%s, %s):\n", dir.c_str(), state.c_str(), dtype.c_str());
   for (const auto& f : files) std::printf("  %s\n", f.c_str());
   return 0;
@@ -163,6 +164,9 @@ int main(int argc, char** argv) {
   exp->add_option("--max-file-mb", export_max_file_mb,
                   "Split into files of at most this many MiB plus OUTPUT.index.json (0: one file)")
       ->check(CLI::NonNegativeNumber);
+  bool export_trainable_only = false;
+  exp->add_flag("--trainable-only", export_trainable_only,
+                "Only the trained tensors: a LoRA run's adapters, without the frozen base");
   exp->add_option("--state", export_state, "param (the weights), exp_avg or exp_avg_sq (AdamW moments)")
       ->check(CLI::IsMember({"param", "exp_avg", "exp_avg_sq"}));
 
@@ -213,7 +217,8 @@ int main(int argc, char** argv) {
       if (!resume.empty()) overrides.push_back("train.resume=" + resume);
       return cmd_train(config_path, overrides, nproc);
     }
-    if (exp->parsed()) return cmd_export(export_from, export_out, export_dtype, export_state, export_max_file_mb);
+    if (exp->parsed()) return cmd_export(export_from, export_out, export_dtype, export_state, export_max_file_mb,
+                                      export_trainable_only);
     if (inspect->parsed()) return cmd_inspect(inspect_path, inspect_brief);
     if (sample->parsed()) {
       sample_options.kv_cache = !sample_no_cache;

@@ -1,6 +1,10 @@
 #include "nn/layers.h"
 
+#include "nn/init.h"
+
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace zeroshard::nn {
 
@@ -15,7 +19,69 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool bias) {
   }
 }
 
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, weight, bias); }
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = torch::linear(x, weight, bias);
+  if (lora_a.defined()) y = y + torch::linear(torch::linear(x, lora_a), lora_b) * lora_scale;
+  return y;
+}
+
+void LinearImpl::add_lora(int64_t rank, double alpha) {
+  TORCH_CHECK(!lora_a.defined(), "Linear already has a LoRA adapter");
+  TORCH_CHECK(rank > 0, "LoRA rank must be > 0, got ", rank);
+  lora_a = register_parameter("lora_a", new_parameter({rank, weight.size(1)}));
+  lora_b = register_parameter("lora_b", new_parameter({weight.size(0), rank}));
+  lora_scale = alpha / static_cast<double>(rank);
+  if (!DeferredInit::active()) {
+    torch::NoGradGuard no_grad;
+    lora_a.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(weight.size(1))));
+    lora_b.zero_();
+  }
+}
+
+std::vector<std::string> apply_lora(torch::nn::Module& root, const LoraOptions& options) {
+  std::vector<std::string> adapted, linears;
+  std::vector<bool> target_used(options.targets.size(), false);
+  for (const auto& item : root.named_modules("", /*include_self=*/false)) {
+    auto* linear = dynamic_cast<LinearImpl*>(item.value().get());
+    if (linear == nullptr) continue;
+    const std::string& name = item.key();
+    const std::string last = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
+    linears.push_back(last);
+    for (size_t t = 0; t < options.targets.size(); ++t) {
+      if (last != options.targets[t]) continue;
+      target_used[t] = true;
+      linear->add_lora(options.rank, options.alpha);
+      adapted.push_back(name);
+    }
+  }
+  for (size_t t = 0; t < options.targets.size(); ++t) {
+    if (target_used[t]) continue;
+    std::sort(linears.begin(), linears.end());
+    linears.erase(std::unique(linears.begin(), linears.end()), linears.end());
+    std::string names;
+    for (const auto& l : linears) names += (names.empty() ? "" : ", ") + l;
+    throw std::invalid_argument("lora.targets: '" + options.targets[t] + "' names no Linear of the model; it has: " +
+                                names);
+  }
+  for (auto& p : root.named_parameters(/*recurse=*/true)) p.value().set_requires_grad(is_lora_parameter(p.key()));
+  return adapted;
+}
+
+bool is_lora_parameter(const std::string& name) {
+  auto ends_with = [&](const char* s) {
+    const std::string suffix(s);
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends_with(".lora_a") || ends_with(".lora_b");
+}
+
+void lora_init(uint64_t seed, const std::string& name, at::Tensor& param) {
+  if (name.size() >= 7 && name.compare(name.size() - 7, 7, ".lora_b") == 0) {
+    init_constant(param, 0.0);
+  } else {
+    init_normal(param, seed, name, 1.0 / std::sqrt(static_cast<double>(param.size(1))));
+  }
+}
 
 FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
   w1 = register_module("w1", Linear(dim, hidden));

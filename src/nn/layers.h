@@ -10,13 +10,35 @@
 namespace zeroshard::nn {
 
 // y = x W^T (+ b). Outside DeferredInit, W ~ U(-1/sqrt(in), 1/sqrt(in)) as torch::nn::Linear.
+// With a LoRA adapter (Hu et al. 2021): y += (alpha / rank) * (x A^T) B^T, A [rank, in],
+// B [out, rank]; B starts at zero, so the adapted layer starts as the base layer.
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in_features, int64_t out_features, bool bias = false);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight, bias;  // bias undefined when disabled
+  // Registers lora_a / lora_b (deferred inside DeferredInit; otherwise A ~ N(0, 1/in), B = 0).
+  void add_lora(int64_t rank, double alpha);
+  torch::Tensor weight, bias;      // bias undefined when disabled
+  torch::Tensor lora_a, lora_b;    // undefined without an adapter
+  double lora_scale = 0.0;
 };
 TORCH_MODULE(Linear);
+
+struct LoraOptions {
+  int64_t rank = 0;  // 0: no adapters
+  double alpha = 16.0;
+  std::vector<std::string> targets;  // last name component of the Linear modules to adapt, e.g. {"wq", "wv"}
+};
+
+// Adds an adapter to every nn::Linear below `root` whose name ends in one of options.targets
+// and freezes every other parameter (base weights train no more; fully_shard then keeps them
+// in frozen flat buffers: no gradient, no optimizer state). Throws std::invalid_argument naming
+// a target that matches no Linear, with the names that exist. Returns the adapted modules.
+std::vector<std::string> apply_lora(torch::nn::Module& root, const LoraOptions& options);
+
+// The initial value of a LoRA parameter keyed by (seed, name): lora_a ~ N(0, 1/in), lora_b = 0.
+bool is_lora_parameter(const std::string& name);
+void lora_init(uint64_t seed, const std::string& name, at::Tensor& param);
 
 // Rows of `weight` [num_embeddings, dim] picked by integer ids. Outside DeferredInit, N(0, 1).
 class EmbeddingImpl : public torch::nn::Module {

@@ -30,6 +30,13 @@ train::TrainConfig model_config_of(const ckpt::Checkpoint& ck) {
     const auto& v = it.value();
     overrides.push_back("model." + it.key() + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
   }
+  // A LoRA run's adapters are part of the model.
+  if (cfg.contains("lora") && cfg["lora"].is_object()) {
+    for (auto it = cfg["lora"].begin(); it != cfg["lora"].end(); ++it) {
+      const auto& v = it.value();
+      overrides.push_back("lora." + it.key() + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
+    }
+  }
   // The run's sequence length, so the cross-field checks see the run's own values.
   if (cfg.contains("train") && cfg["train"].contains("seq_len")) {
     overrides.push_back("train.seq_len=" + cfg["train"]["seq_len"].dump());
@@ -59,6 +66,7 @@ std::string generate_text(const SampleOptions& o, const RendezvousInfo& rdv) {
   {
     nn::DeferredInit deferred;
     model = models::Llama(cfg.llama);
+    if (cfg.lora_rank > 0) nn::apply_lora(*model, train::lora_options(cfg));
   }
   ShardOptions so;
   so.strategy = parse_strategy(o.strategy);

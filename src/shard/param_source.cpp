@@ -20,7 +20,34 @@ class InitFunctionSource : public ParamSource {
   std::function<void(const std::string&, at::Tensor&)> fn_;
 };
 
+class CombinedSource : public ParamSource {
+ public:
+  CombinedSource(std::shared_ptr<ParamSource> first, std::shared_ptr<ParamSource> second,
+                 std::function<bool(const std::string&)> take_from_second)
+      : first_(std::move(first)), second_(std::move(second)), take_from_second_(std::move(take_from_second)) {}
+
+  void check(const std::vector<ParamInfo>& params) override {
+    std::vector<ParamInfo> a, b;
+    for (const auto& p : params) (take_from_second_(p.name) ? b : a).push_back(p);
+    first_->check(a);
+    second_->check(b);
+  }
+  void read(const ParamInfo& param, int64_t begin, int64_t end, at::Tensor out) override {
+    (take_from_second_(param.name) ? second_ : first_)->read(param, begin, end, std::move(out));
+  }
+
+ private:
+  std::shared_ptr<ParamSource> first_, second_;
+  std::function<bool(const std::string&)> take_from_second_;
+};
+
 }  // namespace
+
+std::shared_ptr<ParamSource> combine_param_sources(std::shared_ptr<ParamSource> first,
+                                                   std::shared_ptr<ParamSource> second,
+                                                   std::function<bool(const std::string&)> take_from_second) {
+  return std::make_shared<CombinedSource>(std::move(first), std::move(second), std::move(take_from_second));
+}
 
 std::shared_ptr<ParamSource> param_source_from_init(std::function<void(const std::string&, at::Tensor&)> fn) {
   return std::make_shared<InitFunctionSource>(std::move(fn));

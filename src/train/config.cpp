@@ -113,6 +113,9 @@ std::vector<Key> registry(TrainConfig& c) {
   add_int("model.shared_expert_hidden", &c.llama.moe.shared_expert_hidden, 0, big);
   add_float("model.aux_loss_coef", &c.llama.moe.aux_loss_coef, 0.0, 100.0);
   add_string("model.init_from", &c.init_from, {});
+  add_int("lora.rank", &c.lora_rank, 0, 1 << 16);
+  add_float("lora.alpha", &c.lora_alpha, 0.0, 1e6);
+  add_string("lora.targets", &c.lora_targets, {});
   add_int("train.steps", &c.steps, 1, big);
   add_int("train.micro_batch_size", &c.micro_batch_size, 1, 1 << 20);
   add_int("train.grad_accum", &c.grad_accum, 1, 1 << 20);
@@ -323,6 +326,12 @@ void validate(TrainConfig& c) {
   if (!c.init_from.empty() && !fs::exists(c.init_from)) {
     throw std::invalid_argument("model.init_from: file '" + c.init_from + "' does not exist");
   }
+  if (c.lora_rank == 0 && (c.lora_alpha != TrainConfig().lora_alpha || c.lora_targets != TrainConfig().lora_targets)) {
+    throw std::invalid_argument("lora.alpha and lora.targets apply only with lora.rank > 0 (LoRA is off)");
+  }
+  if (c.lora_rank > 0 && c.lora_targets.empty()) {
+    throw std::invalid_argument("lora.targets is empty: name the Linear layers to adapt, e.g. wq,wv");
+  }
   if (c.shard_group_size != 0 && !c.hybrid) {
     throw std::invalid_argument("parallel.shard_group_size=" + std::to_string(c.shard_group_size) +
                                 " only applies to hybrid sharding; set parallel.hybrid: true as well");
@@ -330,6 +339,19 @@ void validate(TrainConfig& c) {
   if (c.min_lr > c.lr) {
     throw std::invalid_argument("train.min_lr (" + to_text(c.min_lr) + ") exceeds train.lr (" + to_text(c.lr) + ")");
   }
+}
+
+nn::LoraOptions lora_options(const TrainConfig& cfg) {
+  nn::LoraOptions o;
+  o.rank = cfg.lora_rank;
+  o.alpha = cfg.lora_alpha;
+  std::stringstream list(cfg.lora_targets);
+  for (std::string t; std::getline(list, t, ',');) {
+    t.erase(0, t.find_first_not_of(" \t"));
+    t.erase(t.find_last_not_of(" \t") + 1);
+    if (!t.empty()) o.targets.push_back(t);
+  }
+  return o;
 }
 
 void apply_world_size(TrainConfig& c, int world_size, int local_world_size) {

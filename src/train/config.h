@@ -45,7 +45,12 @@ struct TrainConfig {
   bool save_on_signal = true;  // SIGINT/SIGTERM: save after the step before exiting
   std::string on_nonfinite = "abort";  // a NaN/Inf loss or gradient norm: "abort" or "skip" the step
   std::string resume;       // a checkpoint, checkpoints folder or run folder to continue from
-  std::string init_from;    // model.init_from: a safetensors file with every parameter
+  std::string init_from;    // model.init_from: a safetensors file with every parameter (LoRA: every base one)
+  // LoRA fine-tuning: adapters on the Linear layers named in lora.targets (comma-separated),
+  // everything else frozen. rank 0: off.
+  int64_t lora_rank = 0;
+  double lora_alpha = 16.0;
+  std::string lora_targets = "wq,wk,wv,wo";
 
   std::string strategy = "optim_grads_params";
   int64_t zero_stage = -1;  // alias; -1 = not set
@@ -94,6 +99,9 @@ void validate(TrainConfig& c);
 // world_size * micro_batch_size (it then sets grad_accum); a hybrid shard group (0 resolves to
 // local_world_size, the ranks per host) must divide the world. Throws naming keys and values.
 void apply_world_size(TrainConfig& c, int world_size, int local_world_size);
+
+// lora.* as the options of nn::apply_lora (lora.targets split at commas).
+nn::LoraOptions lora_options(const TrainConfig& c);
 
 // Every key with its current value, in declaration order.
 std::vector<std::pair<std::string, std::string>> config_items(const TrainConfig& c);

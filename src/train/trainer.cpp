@@ -143,22 +143,33 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
   // Model: built without parameter bytes, then each rank materializes only its shards, from
   // the checkpoint, a safetensors file, or the seeded init (identical for every W).
   models::Llama model{nullptr};
+  std::vector<std::string> adapted;
   {
     nn::DeferredInit deferred;
     model = models::Llama(cfg.llama);
+    if (cfg.lora_rank > 0) adapted = nn::apply_lora(*model, lora_options(cfg));
+  }
+  if (!adapted.empty()) {
+    log.line("LoRA: rank " + std::to_string(cfg.lora_rank) + " adapters on " + std::to_string(adapted.size()) +
+             " Linear layers (" + cfg.lora_targets + "); every other parameter frozen");
   }
   ShardOptions shard_options;
   shard_options.strategy = parse_strategy(cfg.strategy);
   shard_options.shard_group_size = cfg.hybrid ? static_cast<int>(cfg.shard_group_size) : 0;
+  const models::LlamaConfig llama = cfg.llama;
+  const uint64_t seed = static_cast<uint64_t>(cfg.seed);
+  auto seeded = param_source_from_init(
+      [llama, seed](const std::string& name, at::Tensor& t) { models::llama_init(llama, seed, name, t); });
   if (resume) {
     shard_options.param_source = resume->param_source();
   } else if (!cfg.init_from.empty()) {
+    // A LoRA run starts from a base model's file; its fresh adapters come from the seeded init.
     shard_options.param_source = io::safetensors_param_source(cfg.init_from);
+    if (cfg.lora_rank > 0) {
+      shard_options.param_source = combine_param_sources(shard_options.param_source, seeded, nn::is_lora_parameter);
+    }
   } else {
-    const models::LlamaConfig llama = cfg.llama;
-    const uint64_t seed = static_cast<uint64_t>(cfg.seed);
-    shard_options.param_source = param_source_from_init(
-        [llama, seed](const std::string& name, at::Tensor& t) { models::llama_init(llama, seed, name, t); });
+    shard_options.param_source = seeded;
   }
   auto sharded = fully_shard(model.ptr(), comm, shard_options);
   if (sharded->num_replicas() > 1) {

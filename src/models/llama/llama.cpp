@@ -144,7 +144,9 @@ void llama_init(const LlamaConfig& c, uint64_t seed, const std::string& name, at
   auto ends_with = [&](const std::string& suffix) {
     return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
-  if (param.dim() == 1) {
+  if (nn::is_lora_parameter(name)) {
+    nn::lora_init(seed, name, param);
+  } else if (param.dim() == 1) {
     nn::init_constant(param, 1.0);  // norm weights
   } else if (ends_with("wo.weight") || ends_with("w2.weight")) {
     nn::init_normal(param, seed, name, out_std);  // residual-branch outputs, scaled by depth
