@@ -10,6 +10,7 @@
 #pragma once
 
 #include "zeroshard/comm.h"
+#include "zeroshard/nn/hookable.h"
 
 #include <torch/nn/module.h>
 
@@ -90,6 +91,12 @@ struct ShardOptions {
   // reduce-scattered inside the group, then all-reduced across the groups, so the large
   // collectives stay inside a host. The world size must be a multiple of it.
   int shard_group_size = 0;
+  // Activation checkpointing of every unit but the root: its activations are dropped after
+  // forward and recomputed in backward, inside the gather done for backward (no second
+  // all-gather under optim_grads_params). Exact: same bits as without. recompute_check
+  // verifies each recompute against its forward and names the unit that differs.
+  bool activation_checkpointing = false;
+  nn::RecomputeCheck recompute_check = nn::RecomputeCheck::Off;
   // Values for every parameter; required when the model was built inside nn::DeferredInit.
   // Empty: the module's current parameter values (rank r's values of its own shard win).
   std::shared_ptr<ParamSource> param_source;

@@ -151,6 +151,9 @@ void ShardedModel::build_units() {
       unit->hooks = std::make_shared<nn::ForwardHooks>();
       unit->hooks->pre = [this, raw](std::vector<at::Tensor>& in) { on_pre_forward(*raw, in); };
       unit->hooks->post = [this, raw](std::vector<at::Tensor>& out) { on_post_forward(*raw, out); };
+      unit->hooks->checkpoint = options_.activation_checkpointing && u != 0;
+      unit->hooks->recompute_check = options_.recompute_check;
+      unit->hooks->name = unit->name;
       unit->module->set_forward_hooks(unit->hooks);
     } else if (shards_params(strategy) && (unit->trainable || unit->frozen)) {
       throw std::invalid_argument(

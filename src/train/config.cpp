@@ -130,6 +130,7 @@ std::vector<Key> registry(TrainConfig& c) {
   add_float("train.eps", &c.eps, 1e-30, 1.0);
   add_float("train.clip_grad_norm", &c.clip_grad_norm, 0.0, 1e12);
   add_int("train.seed", &c.seed, 0, std::numeric_limits<int64_t>::max());
+  add_bool("train.activation_checkpointing", &c.activation_checkpointing);
   add_int("train.log_every", &c.log_every, 1, big);
   add_int("train.save_every", &c.save_every, 0, big);
   add_int("train.keep_last", &c.keep_last, 0, big);
@@ -160,6 +161,7 @@ std::vector<Key> registry(TrainConfig& c) {
   add_int("debug.fail_at_step", &c.debug_fail_at_step, 0, big);
   add_int("debug.fail_rank", &c.debug_fail_rank, 0, 1 << 20);
   add_bool("debug.check_desync", &c.check_desync);
+  add_string("debug.check_recompute", &c.check_recompute, {"off", "shape", "bitwise"});
   add_string("debug.fail_kind", &c.debug_fail_kind, {"exception", "sigkill", "sigkill_in_save", "nan", "desync"});
   return keys;
 }
@@ -331,6 +333,10 @@ void validate(TrainConfig& c) {
   }
   if (c.lora_rank > 0 && c.lora_targets.empty()) {
     throw std::invalid_argument("lora.targets is empty: name the Linear layers to adapt, e.g. wq,wv");
+  }
+  if (c.check_recompute != "off" && !c.activation_checkpointing) {
+    throw std::invalid_argument("debug.check_recompute=" + c.check_recompute +
+                                " checks activation checkpointing, which is off; set train.activation_checkpointing: true");
   }
   if (c.shard_group_size != 0 && !c.hybrid) {
     throw std::invalid_argument("parallel.shard_group_size=" + std::to_string(c.shard_group_size) +

@@ -35,6 +35,7 @@ struct TrainConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double clip_grad_norm = 1.0;
+  bool activation_checkpointing = false;  // recompute each block in backward instead of keeping its activations
   int64_t seed = 1234;
   int64_t log_every = 10;
 
@@ -80,6 +81,7 @@ struct TrainConfig {
   int64_t debug_fail_rank = 0;
   std::string debug_fail_kind = "exception";  // ... or "desync": an extra barrier on that rank
   bool check_desync = false;  // debug.check_desync: ranks compare each collective before running it
+  std::string check_recompute = "off";  // debug.check_recompute: off | shape | bitwise
 
   std::string config_path;  // the file it was loaded from, if any
 };

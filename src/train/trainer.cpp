@@ -156,6 +156,10 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
   ShardOptions shard_options;
   shard_options.strategy = parse_strategy(cfg.strategy);
   shard_options.shard_group_size = cfg.hybrid ? static_cast<int>(cfg.shard_group_size) : 0;
+  shard_options.activation_checkpointing = cfg.activation_checkpointing;
+  shard_options.recompute_check = cfg.check_recompute == "bitwise" ? nn::RecomputeCheck::Bitwise
+                                  : cfg.check_recompute == "shape" ? nn::RecomputeCheck::Shape
+                                                                   : nn::RecomputeCheck::Off;
   const models::LlamaConfig llama = cfg.llama;
   const uint64_t seed = static_cast<uint64_t>(cfg.seed);
   auto seeded = param_source_from_init(

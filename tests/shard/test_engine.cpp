@@ -189,3 +189,91 @@ TEST(EngineSingleProcess, EveryStrategyMatchesPlainLibtorch) {
     });
   }
 }
+
+namespace {
+
+// The engine in one process with the given options: final parameters and per-step norms.
+std::map<std::string, torch::Tensor> engine_training(const ShardOptions& options, std::vector<double>* norms) {
+  ToyModel model;
+  model->reset(7);
+  auto sharded = fully_shard(model.ptr(), make_local_communicator(), options);
+  AdamWOptions o;
+  o.lr = ToyRun::kLr;
+  o.weight_decay = ToyRun::kWeightDecay;
+  ShardedAdamW optim(sharded, o);
+  for (int step = 0; step < ToyRun::kSteps; ++step) {
+    for (int micro = 0; micro < ToyRun::kAccum; ++micro) {
+      auto batch = toy_batch(step, micro * ToyModelImpl::kMicroBatch);
+      auto logits = model->forward(batch.narrow(1, 0, ToyModelImpl::kSeq));
+      sharded->backward(torch::nn::functional::cross_entropy(logits.reshape({-1, ToyModelImpl::kVocab}),
+                                                             batch.narrow(1, 1, ToyModelImpl::kSeq).reshape({-1})));
+    }
+    norms->push_back(sharded->finish_gradients(ToyRun::kClip));
+    optim.step(ToyRun::lr_at(step));
+  }
+  std::map<std::string, torch::Tensor> out;
+  sharded->for_each_full_parameter([&](const std::string& name, const at::Tensor& t) { out[name] = t.clone(); });
+  return out;
+}
+
+// A unit whose forward is not a function of its inputs: every call adds its call count.
+struct NoisyBlockImpl : public nn::HookableModule {
+  NoisyBlockImpl() { fc = register_module("fc", torch::nn::Linear(4, 4)); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return call_hooked(x, [this](const torch::Tensor& in) { return fc(in) + static_cast<double>(++calls); });
+  }
+  torch::nn::Linear fc{nullptr};
+  int calls = 0;
+};
+TORCH_MODULE(NoisyBlock);
+
+struct NoisyModelImpl : public nn::HookableModule {
+  NoisyModelImpl() { noisy = register_module("noisy", NoisyBlock()); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return call_hooked(x, [this](const torch::Tensor& in) { return noisy(in); });
+  }
+  NoisyBlock noisy{nullptr};
+};
+TORCH_MODULE(NoisyModel);
+
+}  // namespace
+
+// Activation checkpointing recomputes the same operations on the same inputs: the bits are
+// those of the run that kept its activations (tied, unused and frozen parameters included,
+// and a first unit after a frozen unit).
+TEST(ActivationCheckpointing, EveryStrategyGivesTheBitsOfTheRunWithoutIt) {
+  for (const auto& s : kStrategies) {
+    ShardOptions plain(parse_strategy(s));
+    ShardOptions ckpt = plain;
+    ckpt.activation_checkpointing = true;
+    ckpt.recompute_check = nn::RecomputeCheck::Bitwise;
+    std::vector<double> norms_plain, norms_ckpt;
+    auto a = engine_training(plain, &norms_plain);
+    auto b = engine_training(ckpt, &norms_ckpt);
+    EXPECT_EQ(norms_plain, norms_ckpt) << s;
+    for (const auto& [name, t] : a) EXPECT_TRUE(at::equal(t, b.at(name))) << s << ": " << name;
+  }
+}
+
+TEST(ActivationCheckpointing, RecomputeCheckNamesANondeterministicUnit) {
+  for (auto check : {nn::RecomputeCheck::Shape, nn::RecomputeCheck::Bitwise}) {
+    NoisyModel model;
+    ShardOptions o(Strategy::OptimGradsParams);
+    o.activation_checkpointing = true;
+    o.recompute_check = check;
+    auto sharded = fully_shard(model.ptr(), make_local_communicator(), o);
+    at::Tensor loss = model->forward(torch::ones({2, 4}, torch::requires_grad())).sum();
+    if (check == nn::RecomputeCheck::Shape) {
+      EXPECT_NO_THROW(sharded->backward(loss)) << "values are not compared in shape mode";
+      continue;
+    }
+    try {
+      sharded->backward(loss);
+      FAIL() << "a recompute that differs from its forward must be reported";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("the recompute of 'noisy' in backward gave output 0 other values"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}

@@ -8,15 +8,30 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace zeroshard::nn {
+
+// What activation checkpointing verifies when it recomputes a module in backward.
+enum class RecomputeCheck {
+  Off,      // nothing
+  Shape,    // each output's shape and dtype
+  Bitwise,  // and its bytes (a CRC-32 of each output kept from the forward)
+};
 
 struct ForwardHooks {
   // Called with the module's tensor inputs; may replace them (same count).
   std::function<void(std::vector<at::Tensor>& inputs)> pre;
   // Called with the module's tensor outputs; may replace them (same count).
   std::function<void(std::vector<at::Tensor>& outputs)> post;
+
+  // Activation checkpointing: when training, the body runs without keeping its activations
+  // and runs again in backward to rebuild them (between pre and post, so an engine's
+  // gather for backward serves the recompute). `name` is for error messages.
+  bool checkpoint = false;
+  RecomputeCheck recompute_check = RecomputeCheck::Off;
+  std::string name;
 };
 
 class HookableModule : public torch::nn::Module {

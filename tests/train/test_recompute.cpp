@@ -1,0 +1,25 @@
+// Activation checkpointing through the binary: the same losses as keeping the activations,
+// for the dense and the MoE LM, with the recompute verified bitwise.
+#include "support/train_run.h"
+
+#include <gtest/gtest.h>
+
+using namespace zeroshard::testing;
+
+TEST(ActivationCheckpointing, TrainingRunsGiveTheLossesOfRunsWithoutIt) {
+  const std::string moe = " --set model.series=moe --set model.n_experts=4 --set model.shared_expert_hidden=16";
+  for (const std::string& series : {std::string(), moe}) {
+    for (const char* s : {"no_shard", "optim_grads_params"}) {
+      const std::string common = series + " --set train.steps=8 --set parallel.strategy=" + s;
+      TrainRun plain = train(common, 2, "recompute_off");
+      TrainRun ckpt = train(common + " --set train.activation_checkpointing=true --set debug.check_recompute=bitwise", 2,
+                            "recompute_on");
+      ASSERT_EQ(plain.exit_code, 0) << plain.output;
+      ASSERT_EQ(ckpt.exit_code, 0) << ckpt.output;
+      EXPECT_EQ(loss_texts(ckpt), loss_texts(plain)) << (series.empty() ? "llama " : "moe ") << s;
+    }
+  }
+  TrainRun bad = train("--set train.steps=2 --set debug.check_recompute=shape", 1, "recompute_bad");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("set train.activation_checkpointing: true"), std::string::npos) << bad.output;
+}
