@@ -91,6 +91,11 @@ struct ShardOptions {
   // reduce-scattered inside the group, then all-reduced across the groups, so the large
   // collectives stay inside a host. The world size must be a multiple of it.
   int shard_group_size = 0;
+  // Mixed precision: the dtype parameters are gathered and computed in (kFloat or kBFloat16).
+  // Master weights, gradient reduction and optimizer state stay fp32 in the shards; under
+  // bf16 the all-gathers move half the bytes. Every strategy rounds the same masters the
+  // same way, so they stay bitwise identical.
+  at::ScalarType param_dtype = at::kFloat;
   // Activation checkpointing of every unit but the root: its activations are dropped after
   // forward and recomputed in backward, inside the gather done for backward (no second
   // all-gather under optim_grads_params). Exact: same bits as without. recompute_check

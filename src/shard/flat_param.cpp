@@ -9,9 +9,9 @@
 namespace zeroshard {
 
 FlatParam::FlatParam(std::string unit_name, bool trainable, std::vector<ParamSlot> slots, int rank, int world_size,
-                     bool shard_params)
+                     bool shard_params, bool full_master, at::ScalarType compute_dtype)
     : unit_name_(std::move(unit_name)), trainable_(trainable), slots_(std::move(slots)), rank_(rank),
-      shard_params_(shard_params) {
+      shard_params_(shard_params), keep_full_master_(full_master && !shard_params), compute_dtype_(compute_dtype) {
   int64_t total = 0;
   for (auto& s : slots_) {
     if (s.param.scalar_type() != at::kFloat) {
@@ -44,12 +44,23 @@ void FlatParam::materialize(ParamSource* source, Communicator& comm) {
       }
     }
   }
-  full_ = at::empty({layout_.padded}, at::kFloat);  // under optim_grads_params its bytes go at once
+  full_ = at::empty({layout_.padded}, compute_dtype_);  // under optim_grads_params its bytes go at once
   if (shard_params_) {
     shard_ = shard;
-  } else {
-    comm.all_gather(shard, full_);
+  } else if (!mixed()) {
+    comm.all_gather(shard, full_);  // the fp32 full buffer is both master and compute copy
+    master_full_ = full_;
     shard_ = full_.narrow(0, begin, layout_.shard_size);
+  } else {
+    at::Tensor master = at::empty({layout_.padded}, at::kFloat);
+    comm.all_gather(shard, master);
+    full_.copy_(master);
+    if (keep_full_master_) {
+      master_full_ = master;
+      shard_ = master.narrow(0, begin, layout_.shard_size);
+    } else {
+      shard_ = shard;  // optim / optim_grads: the optimizer only needs this rank's masters
+    }
   }
   {
     at::NoGradGuard no_grad;
@@ -58,6 +69,19 @@ void FlatParam::materialize(ParamSource* source, Communicator& comm) {
   }
   gathered_ = true;
   if (shard_params_) free_full();
+}
+
+int64_t FlatParam::resident_bytes() const {
+  if (shard_params_) return shard_bytes();
+  if (!mixed()) return full_bytes();
+  return full_bytes() + (master_full_.defined() ? layout_.padded * static_cast<int64_t>(sizeof(float)) : shard_bytes());
+}
+
+bool FlatParam::refresh_compute_from_master() {
+  if (!master_full_.defined() || master_full_.is_same(full_)) return master_full_.defined();
+  at::NoGradGuard no_grad;
+  full_.copy_(master_full_);
+  return true;
 }
 
 void FlatParam::allocate_full() {

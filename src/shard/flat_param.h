@@ -19,11 +19,15 @@ struct ParamSlot : ParamInfo {
   at::Tensor param;  // the module's parameter (shares its TensorImpl)
 };
 
+// Mixed precision (compute dtype bf16): the module's parameters view a bf16 `full` buffer,
+// while the fp32 master values live in `shard` (and, under no_shard, in a full fp32 master the
+// optimizer updates). Gathers move bf16; gradients arrive in bf16 and are reduced in fp32.
 class FlatParam {
  public:
-  // Lays the slots out; no values yet (see materialize).
+  // Lays the slots out; no values yet (see materialize). full_master: keep the whole buffer's
+  // fp32 master values (no_shard, whose optimizer updates all of them).
   FlatParam(std::string unit_name, bool trainable, std::vector<ParamSlot> slots, int rank, int world_size,
-            bool shard_params);
+            bool shard_params, bool full_master, at::ScalarType compute_dtype);
 
   // Fills this rank's shard from `source` (or, when null, from the parameters' current
   // values), gathers the full buffer when parameters are replicated, and turns every
@@ -36,21 +40,33 @@ class FlatParam {
   bool trainable() const { return trainable_; }
   const std::vector<ParamSlot>& slots() const { return slots_; }
   const ShardLayout& layout() const { return layout_; }
-  int64_t full_bytes() const { return layout_.padded * static_cast<int64_t>(sizeof(float)); }
+  at::ScalarType compute_dtype() const { return compute_dtype_; }
+  bool mixed() const { return compute_dtype_ != at::kFloat; }
+  // Bytes of the full compute buffer (what a gather materializes) and of an fp32 shard.
+  int64_t full_bytes() const { return layout_.padded * static_cast<int64_t>(c10::elementSize(compute_dtype_)); }
   int64_t shard_bytes() const { return layout_.shard_size * static_cast<int64_t>(sizeof(float)); }
+  // Parameter bytes this rank keeps between steps (fp32 masters + a replicated compute copy).
+  int64_t resident_bytes() const;
 
-  // The full buffer (padded). Its bytes exist only while gathered under optim_grads_params.
+  // The full compute buffer (padded) the parameters view. Its bytes exist only while
+  // gathered under optim_grads_params.
   const at::Tensor& full() const { return full_; }
-  // This rank's slice: a view into full() when params are replicated, own storage otherwise.
+  // This rank's fp32 master slice: a view into the fp32 full master when there is one.
   const at::Tensor& shard() const { return shard_; }
+  // The fp32 master values of the whole buffer, when this rank keeps them (replicated fp32
+  // parameters, or no_shard); undefined otherwise.
+  const at::Tensor& master_full() const { return master_full_; }
   bool gathered() const { return gathered_; }
 
   // Re-allocates the full buffer's bytes (contents undefined) / frees them.
   void allocate_full();
   void free_full();
+  // After the fp32 masters changed: the compute buffer from this rank's master values (the
+  // whole buffer with a full master; otherwise fills nothing and returns false).
+  bool refresh_compute_from_master();
 
-  // Copies each parameter's .grad into `flat` (zeros where a parameter has no gradient) and
-  // clears the .grad fields.
+  // Copies each parameter's .grad into `flat` (fp32; zeros where a parameter has no gradient)
+  // and clears the .grad fields.
   void take_grads_into(const at::Tensor& flat);
 
  private:
@@ -60,7 +76,10 @@ class FlatParam {
   ShardLayout layout_;
   int rank_;
   bool shard_params_;
+  bool keep_full_master_;
+  at::ScalarType compute_dtype_;
   at::Tensor full_;
+  at::Tensor master_full_;
   at::Tensor shard_;
   bool gathered_ = true;
 };

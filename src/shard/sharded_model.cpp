@@ -45,6 +45,10 @@ ShardedModel::ShardedModel(std::shared_ptr<torch::nn::Module> module, std::share
   if (!module_) throw std::invalid_argument("fully_shard: module is null");
   if (!comm_) throw std::invalid_argument("fully_shard: communicator is null");
   if (!options_.wrap_policy) options_.wrap_policy = wrap_every_hookable();
+  if (options_.param_dtype != at::kFloat && options_.param_dtype != at::kBFloat16) {
+    throw std::invalid_argument(std::string("fully_shard: param_dtype must be float32 or bfloat16, got ") +
+                                c10::toString(options_.param_dtype));
+  }
   const int world = comm_->world_size(), group = options_.shard_group_size;
   if (group < 0 || (group > 0 && world % group != 0)) {
     throw std::invalid_argument("fully_shard: shard_group_size " + std::to_string(group) +
@@ -132,7 +136,8 @@ void ShardedModel::build_units() {
                           : dynamic_cast<nn::HookableModule*>(chosen[u - 1].second.get());
     if (!trainable[u].empty()) {
       unit->trainable = std::make_unique<FlatParam>(unit->name, true, std::move(trainable[u]), rank, world,
-                                                    shards_params(strategy));
+                                                    shards_params(strategy), strategy == Strategy::NoShard,
+                                                    options_.param_dtype);
       const ShardLayout& L = unit->trainable->layout();
       if (shards_grads(strategy)) {
         unit->grad_shard = at::zeros({L.shard_size}, at::kFloat);
@@ -143,7 +148,7 @@ void ShardedModel::build_units() {
     }
     if (!frozen[u].empty()) {
       unit->frozen = std::make_unique<FlatParam>(unit->name, false, std::move(frozen[u]), rank, world,
-                                                 shards_params(strategy));
+                                                 shards_params(strategy), /*full_master=*/false, options_.param_dtype);
     }
     Unit* raw = unit.get();
     unit->post_backward_callback = [this, raw] { on_post_backward(*raw); };
@@ -202,7 +207,9 @@ void ShardedModel::gather(Unit& unit) {
   for (FlatParam* f : {unit.trainable.get(), unit.frozen.get()}) {
     if (f == nullptr || f->gathered()) continue;
     f->allocate_full();
-    blocking_comm([&] { shard_comm_->all_gather(f->shard(), f->full()); });
+    // Mixed precision gathers the bf16 rounding of the fp32 masters: half the bytes.
+    const at::Tensor send = f->mixed() ? f->shard().to(f->compute_dtype()) : f->shard();
+    blocking_comm([&] { shard_comm_->all_gather(send, f->full()); });
     gathered_bytes_ += f->full_bytes();
   }
   gathered_peak_ = std::max(gathered_peak_, gathered_bytes_);
@@ -339,7 +346,7 @@ std::vector<ShardedModel::TrainableView> ShardedModel::optimizer_views() {
   for (auto& u : units_) {
     if (!u->trainable) continue;
     if (options_.strategy == Strategy::NoShard) {
-      views.push_back({u->trainable->full(), u->grad_full});
+      views.push_back({u->trainable->master_full(), u->grad_full});
     } else {
       views.push_back({u->trainable->shard(), u->grad_shard});
     }
@@ -350,9 +357,15 @@ std::vector<ShardedModel::TrainableView> ShardedModel::optimizer_views() {
 void ShardedModel::after_optimizer_step() {
   if (options_.strategy == Strategy::Optim || options_.strategy == Strategy::OptimGrads) {
     for (auto& u : units_) {
-      if (u->trainable) {
-        blocking_comm([&] { shard_comm_->all_gather(u->trainable->shard(), u->trainable->full()); });
-      }
+      if (!u->trainable) continue;
+      FlatParam& f = *u->trainable;
+      // The compute parameters from every rank's updated masters (bf16 under mixed precision).
+      const at::Tensor send = f.mixed() ? f.shard().to(f.compute_dtype()) : f.shard();
+      blocking_comm([&] { shard_comm_->all_gather(send, f.full()); });
+    }
+  } else if (options_.strategy == Strategy::NoShard) {
+    for (auto& u : units_) {
+      if (u->trainable) u->trainable->refresh_compute_from_master();
     }
   }
   for (auto& u : units_) u->grad_has_data = false;
@@ -367,13 +380,16 @@ void ShardedModel::discard_gradients() {
 void ShardedModel::for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) {
   at::NoGradGuard no_grad;
   for (auto& u : units_) {
-    const bool was_gathered = (!u->trainable || u->trainable->gathered()) && (!u->frozen || u->frozen->gathered());
-    gather(*u);
     for (FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
       if (f == nullptr) continue;
-      for (const auto& s : f->slots()) fn(s.name, f->full().narrow(0, s.offset, s.numel).view(s.shape));
+      // The fp32 master values: kept whole on this rank, or gathered for this buffer only.
+      at::Tensor full = f->master_full();
+      if (!full.defined()) {
+        full = at::empty({f->layout().padded}, at::kFloat);
+        shard_comm_->all_gather(f->shard(), full);
+      }
+      for (const auto& s : f->slots()) fn(s.name, full.narrow(0, s.offset, s.numel).view(s.shape));
     }
-    if (!was_gathered) release(*u);
   }
 }
 
@@ -407,16 +423,17 @@ std::vector<FlatBufferInfo> ShardedModel::flat_buffers() const {
 
 MemoryStats ShardedModel::memory() const {
   MemoryStats m;
-  const bool sharded = shards_params(options_.strategy);
   for (const auto& u : units_) {
     for (const FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
       if (f == nullptr) continue;
       m.num_params += f->layout().numel;
       if (f->trainable()) m.num_trainable += f->layout().numel;
-      m.params_bytes += sharded ? f->shard_bytes() : f->full_bytes();
+      m.params_bytes += f->resident_bytes();
     }
     if (u->trainable) {
-      m.grads_bytes += shards_grads(options_.strategy) ? u->trainable->shard_bytes() : u->trainable->full_bytes();
+      // Reduced gradients are fp32 whatever the compute dtype.
+      m.grads_bytes += shards_grads(options_.strategy) ? u->trainable->shard_bytes()
+                                                       : u->trainable->layout().padded * static_cast<int64_t>(sizeof(float));
     }
     m.largest_unit_bytes = std::max(m.largest_unit_bytes, u->gathered_size_bytes());
   }

@@ -131,6 +131,7 @@ std::vector<Key> registry(TrainConfig& c) {
   add_float("train.clip_grad_norm", &c.clip_grad_norm, 0.0, 1e12);
   add_int("train.seed", &c.seed, 0, std::numeric_limits<int64_t>::max());
   add_bool("train.activation_checkpointing", &c.activation_checkpointing);
+  add_string("mixed_precision.param_dtype", &c.param_dtype, {"fp32", "bf16"});
   add_int("train.log_every", &c.log_every, 1, big);
   add_int("train.save_every", &c.save_every, 0, big);
   add_int("train.keep_last", &c.keep_last, 0, big);

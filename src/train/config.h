@@ -35,7 +35,8 @@ struct TrainConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double clip_grad_norm = 1.0;
-  bool activation_checkpointing = false;  // recompute each block in backward instead of keeping its activations
+  bool activation_checkpointing = false;
+  std::string param_dtype = "fp32";  // mixed_precision.param_dtype: fp32 | bf16 (gathers and compute)  // recompute each block in backward instead of keeping its activations
   int64_t seed = 1234;
   int64_t log_every = 10;
 
