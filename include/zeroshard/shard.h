@@ -91,6 +91,10 @@ struct ShardOptions {
   // reduce-scattered inside the group, then all-reduced across the groups, so the large
   // collectives stay inside a host. The world size must be a multiple of it.
   int shard_group_size = 0;
+  // optim_grads_params: while a unit runs forward, start the all-gather of the unit that ran
+  // after it in the previous forward (re-recorded every forward); in backward, the one that
+  // ran before it. At most two units (plus the root) are gathered at once instead of one.
+  bool prefetch = false;
   // Mixed precision: the dtype parameters are gathered and computed in (kFloat or kBFloat16).
   // Master weights, gradient reduction and optimizer state stay fp32 in the shards; under
   // bf16 the all-gathers move half the bytes. Every strategy rounds the same masters the
@@ -207,6 +211,9 @@ class ShardedModel {
  private:
   void build_units();
   void gather(Unit& unit);
+  void start_gather(Unit& unit);   // allocates and issues the all-gathers, does not wait
+  void finish_gather(Unit& unit);  // waits for a gather in flight
+  void prefetch(const Unit& unit, int step);  // starts gathering the unit `step` after it in forward order
   void release(Unit& unit);
   void reduce_unit_grads(Unit& unit);
   // Finishes reductions (oldest first) until at most max_in_flight remain; completed ones
@@ -219,6 +226,8 @@ class ShardedModel {
   std::shared_ptr<Communicator> replica_comm_;  // hybrid only: this shard's owners in every copy
   ShardOptions options_;
   std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<Unit*> forward_order_;  // non-root units in the order the last forward ran them
+  std::vector<Unit*> recording_;      // ... of the forward in progress
   struct PendingReduce;
   std::deque<std::unique_ptr<PendingReduce>> pending_;
   int micro_batches_ = 0;

@@ -11,6 +11,7 @@
 
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -203,20 +204,44 @@ std::vector<std::string> ShardedModel::unit_names() const {
   return out;
 }
 
-void ShardedModel::gather(Unit& unit) {
+void ShardedModel::start_gather(Unit& unit) {
   for (FlatParam* f : {unit.trainable.get(), unit.frozen.get()}) {
     if (f == nullptr || f->gathered()) continue;
     f->allocate_full();
     // Mixed precision gathers the bf16 rounding of the fp32 masters: half the bytes.
     const at::Tensor send = f->mixed() ? f->shard().to(f->compute_dtype()) : f->shard();
-    blocking_comm([&] { shard_comm_->all_gather(send, f->full()); });
+    unit.gather_works.push_back(shard_comm_->all_gather_async(send, f->full()));
+    unit.gather_sends.push_back(send);
     gathered_bytes_ += f->full_bytes();
   }
   gathered_peak_ = std::max(gathered_peak_, gathered_bytes_);
 }
 
+void ShardedModel::finish_gather(Unit& unit) {
+  if (unit.gather_works.empty()) return;
+  blocking_comm([&] {
+    for (auto& w : unit.gather_works) w->wait();
+  });
+  unit.gather_works.clear();
+  unit.gather_sends.clear();
+}
+
+void ShardedModel::gather(Unit& unit) {
+  start_gather(unit);  // nothing to start when a prefetch already did
+  finish_gather(unit);
+}
+
+void ShardedModel::prefetch(const Unit& unit, int step) {
+  if (!options_.prefetch) return;
+  const auto it = std::find(forward_order_.begin(), forward_order_.end(), &unit);
+  const long next = unit.is_root ? (step > 0 ? 0 : -1)
+                                 : (it == forward_order_.end() ? -1 : (it - forward_order_.begin()) + step);
+  if (next >= 0 && next < static_cast<long>(forward_order_.size())) start_gather(*forward_order_[next]);
+}
+
 void ShardedModel::release(Unit& unit) {
   if (!shards_params(options_.strategy)) return;
+  finish_gather(unit);  // never free a buffer a collective is still writing
   for (FlatParam* f : {unit.trainable.get(), unit.frozen.get()}) {
     if (f == nullptr || !f->gathered()) continue;
     f->free_full();
@@ -225,7 +250,19 @@ void ShardedModel::release(Unit& unit) {
 }
 
 void ShardedModel::on_pre_forward(Unit& unit, std::vector<at::Tensor>& inputs) {
-  if (shards_params(options_.strategy)) gather(unit);
+  if (shards_params(options_.strategy)) {
+    if (unit.is_root) {
+      // A new forward: a unit prefetched for a forward that went another way is let go.
+      for (auto& u : units_) {
+        if (!u->is_root) release(*u);
+      }
+      recording_.clear();
+    } else {
+      recording_.push_back(&unit);
+    }
+    gather(unit);
+    prefetch(unit, +1);
+  }
   if (torch::autograd::GradMode::is_enabled() && !unit.is_root) {
     attach_post_backward(inputs, &unit.post_backward_callback);
   }
@@ -233,6 +270,7 @@ void ShardedModel::on_pre_forward(Unit& unit, std::vector<at::Tensor>& inputs) {
 
 void ShardedModel::on_post_forward(Unit& unit, std::vector<at::Tensor>& outputs) {
   if (!shards_params(options_.strategy)) return;
+  if (unit.is_root) forward_order_ = recording_;  // the order prefetch follows next time
   const bool training = torch::autograd::GradMode::is_enabled();
   // The root stays gathered from its forward through its backward (it is reduced last).
   if (unit.is_root && training) return;
@@ -244,7 +282,9 @@ void ShardedModel::on_post_forward(Unit& unit, std::vector<at::Tensor>& outputs)
 }
 
 void ShardedModel::on_pre_backward(Unit& unit) {
-  if (shards_params(options_.strategy)) gather(unit);
+  if (!shards_params(options_.strategy)) return;
+  gather(unit);
+  prefetch(unit, -1);  // backward runs the units in reverse forward order
 }
 
 void ShardedModel::on_post_backward(Unit& unit) {

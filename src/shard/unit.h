@@ -26,6 +26,11 @@ struct Unit {
   at::Tensor grad_full;
   bool grad_has_data = false;
 
+  // A gather in flight (started ahead of use by prefetch): its collectives and the bf16
+  // copies they send, which must live until they complete.
+  std::vector<WorkHandle> gather_works;
+  std::vector<at::Tensor> gather_sends;
+
   // Per micro-batch.
   bool post_backward_done = false;
   std::function<void()> post_backward_callback;  // owned here; the autograd node points at it

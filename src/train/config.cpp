@@ -147,6 +147,7 @@ std::vector<Key> registry(TrainConfig& c) {
   add_int("parallel.zero_stage", &c.zero_stage, 0, 3);
   add_float("parallel.comm_timeout_s", &c.comm_timeout_s, 1.0, 86400.0);
   add_int("parallel.threads", &c.threads, 0, 1024);
+  add_bool("parallel.prefetch", &c.prefetch);
   add_bool("parallel.hybrid", &c.hybrid);
   add_int("parallel.shard_group_size", &c.shard_group_size, 0, 1 << 20);
   add_string("data.source", &c.data_source, {"system_text", "synthetic", "file"});

@@ -60,6 +60,7 @@ struct TrainConfig {
   int64_t threads = 0;  // intra-op threads per rank; 0 = cores / local ranks
   // Hybrid sharding: shard within groups of shard_group_size consecutive ranks (0 = the ranks
   // of one host, LOCAL_WORLD_SIZE), replicate across the groups (ShardOptions::shard_group_size).
+  bool prefetch = false;  // parallel.prefetch: ZeRO-3 gathers the next unit while one computes
   bool hybrid = false;
   int64_t shard_group_size = 0;
 

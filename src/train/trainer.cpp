@@ -157,6 +157,7 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
   shard_options.strategy = parse_strategy(cfg.strategy);
   shard_options.shard_group_size = cfg.hybrid ? static_cast<int>(cfg.shard_group_size) : 0;
   shard_options.activation_checkpointing = cfg.activation_checkpointing;
+  shard_options.prefetch = cfg.prefetch;
   shard_options.param_dtype = cfg.param_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   shard_options.recompute_check = cfg.check_recompute == "bitwise" ? nn::RecomputeCheck::Bitwise
                                   : cfg.check_recompute == "shape" ? nn::RecomputeCheck::Shape

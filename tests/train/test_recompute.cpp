@@ -23,3 +23,22 @@ TEST(ActivationCheckpointing, TrainingRunsGiveTheLossesOfRunsWithoutIt) {
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.output.find("set train.activation_checkpointing: true"), std::string::npos) << bad.output;
 }
+
+// Prefetch only moves when ZeRO-3's all-gathers start: the same bits, alone and combined with
+// activation checkpointing and bf16, with at most one more unit gathered at a time.
+TEST(Prefetch, SameLossesWithOneMoreUnitGatheredAtMost) {
+  for (const std::string& extra : {std::string(), std::string(" --set train.activation_checkpointing=true"
+                                                             " --set mixed_precision.param_dtype=bf16")}) {
+    const std::string common = " --set train.steps=6 --set train.grad_accum=2 --set parallel.strategy=optim_grads_params" +
+                               extra;
+    TrainRun plain = train(common, 2, "prefetch_off");
+    TrainRun ahead = train(common + " --set parallel.prefetch=true", 2, "prefetch_on");
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    ASSERT_EQ(ahead.exit_code, 0) << ahead.output;
+    EXPECT_EQ(loss_texts(ahead), loss_texts(plain)) << extra;
+    const int64_t peak_plain = plain.metrics.back()["mem_gathered_peak_bytes"].get<int64_t>();
+    const int64_t peak_ahead = ahead.metrics.back()["mem_gathered_peak_bytes"].get<int64_t>();
+    EXPECT_GT(peak_ahead, peak_plain) << "prefetch must hold the next unit while one computes";
+    EXPECT_LE(peak_ahead, 2 * peak_plain) << "at most one unit more";
+  }
+}
