@@ -67,16 +67,16 @@ std::vector<std::string> apply_lora(torch::nn::Module& root, const LoraOptions& 
   return adapted;
 }
 
-bool is_lora_parameter(const std::string& name) {
-  auto ends_with = [&](const char* s) {
-    const std::string suffix(s);
-    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return ends_with(".lora_a") || ends_with(".lora_b");
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
+}  // namespace
+
+bool is_lora_parameter(const std::string& name) { return ends_with(name, ".lora_a") || ends_with(name, ".lora_b"); }
 
 void lora_init(uint64_t seed, const std::string& name, at::Tensor& param) {
-  if (name.size() >= 7 && name.compare(name.size() - 7, 7, ".lora_b") == 0) {
+  if (ends_with(name, ".lora_b")) {
     init_constant(param, 0.0);
   } else {
     init_normal(param, seed, name, 1.0 / std::sqrt(static_cast<double>(param.size(1))));

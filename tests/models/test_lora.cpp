@@ -1,6 +1,7 @@
 // LoRA fine-tuning from a base model's file: adapters train, the frozen base stays bitwise
 // unchanged and holds no gradient or optimizer state, under every strategy.
 #include "io/safetensors.h"
+#include "nn/layers.h"
 #include "support/spawn.h"
 #include "support/train_run.h"
 
@@ -10,13 +11,6 @@
 
 using namespace zeroshard;
 using namespace zeroshard::testing;
-
-namespace {
-bool is_adapter(const std::string& name) {
-  return name.size() > 7 && (name.compare(name.size() - 7, 7, ".lora_a") == 0 ||
-                             name.compare(name.size() - 7, 7, ".lora_b") == 0);
-}
-}  // namespace
 
 TEST(Lora, FourStrategiesAgreeBitwiseAndOnlyTheAdaptersTrain) {
   TrainRun base = train("--set train.steps=10", 2, "lora_base");
@@ -49,7 +43,7 @@ TEST(Lora, FourStrategiesAgreeBitwiseAndOnlyTheAdaptersTrain) {
   io::SafetensorsFile before(base_file), after(tuned);
   int adapters = 0;
   for (const auto& e : after.entries()) {
-    if (is_adapter(e.name)) {
+    if (nn::is_lora_parameter(e.name)) {
       ++adapters;
       if (e.name.find("lora_b") != std::string::npos) {
         EXPECT_GT(after.read(e.name).abs().max().item<float>(), 0.0f) << e.name << " did not train";
@@ -65,7 +59,7 @@ TEST(Lora, FourStrategiesAgreeBitwiseAndOnlyTheAdaptersTrain) {
       << out;
   io::SafetensorsFile adapters_file(only);
   EXPECT_EQ(adapters_file.entries().size(), 8u);
-  for (const auto& e : adapters_file.entries()) EXPECT_TRUE(is_adapter(e.name)) << e.name;
+  for (const auto& e : adapters_file.entries()) EXPECT_TRUE(nn::is_lora_parameter(e.name)) << e.name;
   // A LoRA run samples like any other.
   EXPECT_EQ(run_command(std::string(ZS_BINARY) + " sample " + runs[3].dir + " --tokens 8 --nproc 2", &out), 0) << out;
 }

@@ -160,36 +160,6 @@ TEST(EngineMemory, PerRankModelStateMatchesZeroFormulasAtW4) {
   }
 }
 
-// In one process (world of one), every strategy must train exactly like plain libtorch.
-TEST(EngineSingleProcess, EveryStrategyMatchesPlainLibtorch) {
-  std::vector<double> ref_norms;
-  std::map<std::string, torch::Tensor> init;
-  auto ref = reference_training(1, &ref_norms, &init);
-  for (const auto& s : kStrategies) {
-    ToyModel model;
-    model->reset(7);
-    auto sharded = fully_shard(model.ptr(), make_local_communicator(), parse_strategy(s));
-    AdamWOptions o;
-    o.lr = ToyRun::kLr;
-    o.weight_decay = ToyRun::kWeightDecay;
-    ShardedAdamW optim(sharded, o);
-    for (int step = 0; step < ToyRun::kSteps; ++step) {
-      for (int micro = 0; micro < ToyRun::kAccum; ++micro) {
-        auto batch = toy_batch(step, micro * ToyModelImpl::kMicroBatch);
-        auto logits = model->forward(batch.narrow(1, 0, ToyModelImpl::kSeq));
-        sharded->backward(torch::nn::functional::cross_entropy(logits.reshape({-1, ToyModelImpl::kVocab}),
-                                                               batch.narrow(1, 1, ToyModelImpl::kSeq).reshape({-1})));
-      }
-      const double norm = sharded->finish_gradients(ToyRun::kClip);
-      EXPECT_NEAR(norm, ref_norms[step], 1e-5 * ref_norms[step]) << s << " step " << step + 1;
-      optim.step(ToyRun::lr_at(step));
-    }
-    sharded->for_each_full_parameter([&](const std::string& name, const at::Tensor& t) {
-      EXPECT_LT((t - ref[name]).abs().max().item<double>(), 5e-5) << s << ": " << name;
-    });
-  }
-}
-
 namespace {
 
 // The engine in one process with the given options: final parameters and per-step norms.
@@ -215,6 +185,27 @@ std::map<std::string, torch::Tensor> engine_training(const ShardOptions& options
   sharded->for_each_full_parameter([&](const std::string& name, const at::Tensor& t) { out[name] = t.clone(); });
   return out;
 }
+
+}  // namespace
+
+// In one process (world of one), every strategy must train exactly like plain libtorch.
+TEST(EngineSingleProcess, EveryStrategyMatchesPlainLibtorch) {
+  std::vector<double> ref_norms;
+  std::map<std::string, torch::Tensor> init;
+  auto ref = reference_training(1, &ref_norms, &init);
+  for (const auto& s : kStrategies) {
+    std::vector<double> norms;
+    const auto params = engine_training(parse_strategy(s), &norms);
+    for (int step = 0; step < ToyRun::kSteps; ++step) {
+      EXPECT_NEAR(norms[step], ref_norms[step], 1e-5 * ref_norms[step]) << s << " step " << step + 1;
+    }
+    for (const auto& [name, t] : params) {
+      EXPECT_LT((t - ref[name]).abs().max().item<double>(), 5e-5) << s << ": " << name;
+    }
+  }
+}
+
+namespace {
 
 // A unit whose forward is not a function of its inputs: every call adds its call count.
 struct NoisyBlockImpl : public nn::HookableModule {
