@@ -121,12 +121,22 @@ int cmd_sample(const zeroshard::sample::SampleOptions& o, int nproc) {
     lo.argv = {self_exe(),  "sample",          o.checkpoint, "--prompt",      o.prompt,
                "--tokens",  std::to_string(o.tokens),       "--temperature", std::to_string(o.temperature),
                "--top-k",   std::to_string(o.top_k),        "--seed",        std::to_string(o.seed),
-               "--strategy", o.strategy};
+               "--strategy", o.strategy, "--clips", std::to_string(o.clips), "--first-clip",
+               std::to_string(o.first_clip), "--chunk-frames", std::to_string(o.chunk_frames)};
+    if (!o.out.empty()) {
+      lo.argv.push_back("--out");
+      lo.argv.push_back(o.out);
+    }
     if (!o.kv_cache) lo.argv.push_back("--no-cache");
     return launch_local(lo);
   }
   at::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                          std::max(1, rdv.local_world_size)));
+  if (sample::checkpoint_series(o.checkpoint) == "vae") {
+    const std::string summary = sample::reconstruct_clips(o, rdv);
+    if (rdv.rank == 0) std::printf("%s\n", summary.c_str());
+    return 0;
+  }
   const std::string text = sample::generate_text(o, rdv);
   if (rdv.rank == 0) std::printf("%s\n", text.c_str());
   return 0;
@@ -191,7 +201,9 @@ int main(int argc, char** argv) {
   report->add_option("-o,--output", report_out, "The HTML file to write");
 
   auto* sample = app.add_subcommand(
-      "sample", "Generate text from a trained LM checkpoint (llama, moe) under any strategy; rank 0 prints it");
+      "sample",
+      "From a trained checkpoint under any strategy: text from an LM (llama, moe; rank 0 prints it), or a PNG of "
+      "held-out clips and their reconstructions from a video VAE (vae)");
   zeroshard::sample::SampleOptions sample_options;
   int sample_nproc = 1;
   bool sample_no_cache = false;
@@ -208,6 +220,11 @@ int main(int argc, char** argv) {
                      "Sharding of the weights while sampling: no_shard, optim, optim_grads, optim_grads_params");
   sample->add_option("--nproc", sample_nproc, "Ranks to shard the model over")->check(CLI::Range(1, 1024));
   sample->add_flag("--no-cache", sample_no_cache, "Recompute the whole sequence for every token (no KV cache)");
+  sample->add_option("--out", sample_options.out, "vae: the PNG to write (default: <run>/reconstruction.png)");
+  sample->add_option("--clips", sample_options.clips, "vae: held-out clips to reconstruct")->check(CLI::Range(1, 1024));
+  sample->add_option("--first-clip", sample_options.first_clip, "vae: generated clip index of the first one");
+  sample->add_option("--chunk-frames", sample_options.chunk_frames,
+                     "vae: frames per chunk (0: whole clip; default: the run's vae.chunk_frames)");
 
   CLI11_PARSE(app, argc, argv);
   const char* rank_env = std::getenv("RANK");

@@ -1,6 +1,7 @@
 #include "sample/sample.h"
 
 #include "checkpoint/checkpoint.h"
+#include "sample/checkpoint_model.h"
 #include "data/text_dataset.h"
 #include "models/llama/llama.h"
 #include "train/config.h"
@@ -15,36 +16,38 @@
 
 namespace zeroshard::sample {
 
-namespace {
-
-// The checkpoint's model.* keys as --set overrides: the model is rebuilt through the same
-// validated config path as training.
 train::TrainConfig model_config_of(const ckpt::Checkpoint& ck) {
   const nlohmann::json& cfg = ck.config();
   if (!cfg.contains("model") || !cfg["model"].is_object()) {
     throw std::runtime_error(ck.dir() + "/manifest.json: its config has no 'model' section");
   }
   std::vector<std::string> overrides;
-  for (auto it = cfg["model"].begin(); it != cfg["model"].end(); ++it) {
-    if (it.key() == "init_from") continue;  // where the run's first weights came from, not the model
-    const auto& v = it.value();
-    overrides.push_back("model." + it.key() + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
-  }
-  // A LoRA run's adapters are part of the model.
-  if (cfg.contains("lora") && cfg["lora"].is_object()) {
-    for (auto it = cfg["lora"].begin(); it != cfg["lora"].end(); ++it) {
-      const auto& v = it.value();
-      overrides.push_back("lora." + it.key() + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
+  auto add = [&](const std::string& section, const std::string& key, const nlohmann::json& v) {
+    // Lists were saved as their comma-joined text; numbers and booleans as JSON.
+    overrides.push_back(section + "." + key + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
+  };
+  // model.*, a LoRA run's adapters (lora.*) and the VAE (vae.*) make the model; init_from is
+  // where the run's first weights came from, not the model.
+  for (const char* section : {"model", "lora", "vae"}) {
+    if (!cfg.contains(section) || !cfg[section].is_object()) continue;  // older checkpoints
+    for (auto it = cfg[section].begin(); it != cfg[section].end(); ++it) {
+      if (it.key() != "init_from") add(section, it.key(), it.value());
     }
   }
-  // The run's sequence length, so the cross-field checks see the run's own values.
-  if (cfg.contains("train") && cfg["train"].contains("seq_len")) {
-    overrides.push_back("train.seq_len=" + cfg["train"]["seq_len"].dump());
+  // The run's data shapes, so the cross-field checks see the run's own values.
+  if (cfg.contains("train") && cfg["train"].contains("seq_len")) add("train", "seq_len", cfg["train"]["seq_len"]);
+  if (cfg.contains("data")) {
+    for (const char* key : {"source", "frames", "image_size", "seed"}) {
+      if (cfg["data"].contains(key)) add("data", key, cfg["data"][key]);
+    }
   }
   return train::load_config("", overrides);
 }
 
-}  // namespace
+std::string checkpoint_series(const std::string& checkpoint) {
+  const ckpt::Checkpoint ck(ckpt::resolve_checkpoint(checkpoint));
+  return model_config_of(ck).model_series;
+}
 
 std::string generate_text(const SampleOptions& o, const RendezvousInfo& rdv) {
   if (o.tokens < 1) throw std::invalid_argument("--tokens must be >= 1, got " + std::to_string(o.tokens));

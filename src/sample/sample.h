@@ -1,7 +1,7 @@
-// `zeroshard sample`: text from a trained LM checkpoint (series llama and moe), under any
-// sharding strategy and world size. The model is materialized shard by shard from the
-// checkpoint exactly as for training; generation runs without autograd, gathering each unit
-// once per forward, and a KV cache keeps each step to one token's forward.
+// `zeroshard sample`: from a trained checkpoint, under any sharding strategy and world size —
+// text from an LM (series llama and moe), reconstructions of held-out clips from a video VAE.
+// The model is materialized shard by shard from the checkpoint exactly as for training and
+// runs without autograd; LMs keep each generation step to one token's forward (KV cache).
 #pragma once
 
 #include "zeroshard/comm.h"
@@ -20,11 +20,24 @@ struct SampleOptions {
   uint64_t seed = 1;
   std::string strategy = "optim_grads_params";
   bool kv_cache = true;        // false: recompute the whole sequence for every token
+  // Video VAE runs.
+  std::string out;             // the PNG to write (default: <run folder>/reconstruction.png)
+  int64_t clips = 4;           // clips to reconstruct
+  int64_t first_clip = 1000000000;  // generated clip index of the first (training uses 0, 1, ...)
+  int64_t chunk_frames = -1;   // frames per chunk (0: whole clip; -1: the run's vae.chunk_frames)
 };
+
+// The model series of a checkpoint ("llama", "moe", "vae"), from its manifest.
+std::string checkpoint_series(const std::string& checkpoint);
 
 // A collective over the ranks of `rdv`: every rank runs the same forwards; rank 0 draws each
 // token and broadcasts it. Returns the prompt followed by the generated text (on every rank).
 // Throws std::invalid_argument naming the option when the request cannot be met.
 std::string generate_text(const SampleOptions& options, const RendezvousInfo& rdv);
+
+// A collective, as generate_text: encodes and decodes `clips` generated clips chunk by chunk
+// and writes one PNG — per clip a row of the original frames above a row of the
+// reconstruction. Returns a one-line summary (path, mean squared error, PSNR).
+std::string reconstruct_clips(const SampleOptions& options, const RendezvousInfo& rdv);
 
 }  // namespace zeroshard::sample

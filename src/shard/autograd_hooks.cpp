@@ -50,8 +50,11 @@ bool attach_pre_backward(const std::vector<at::Tensor>& outputs, const std::func
   bool any = false;
   for (const auto& y : outputs) {
     if (y.defined() && y.requires_grad()) {
-      at::Tensor hooked = y;
-      hooked.register_hook([callback](const at::Tensor&) { callback(); });
+      // Through TensorBase: an output whose gradient never arrives (a video VAE's cache frames
+      // after the last chunk) calls the hook with an undefined tensor, which at::Tensor's
+      // register_hook wrapper asserts against.
+      const at::TensorBase& hooked = y;
+      hooked.register_hook([callback](const at::TensorBase&) { callback(); });
       any = true;
     }
   }

@@ -152,7 +152,10 @@ void ShardedModel::build_units() {
                                                  shards_params(strategy), /*full_master=*/false, options_.param_dtype);
     }
     Unit* raw = unit.get();
-    unit->post_backward_callback = [this, raw] { on_post_backward(*raw); };
+    unit->post_backward_callback = [raw, this] {
+      // One call's backward is done; the unit's gradients are complete after the last one.
+      if (--raw->calls_awaiting_backward == 0 && !raw->untracked_call) on_post_backward(*raw);
+    };
     if (unit->module) {
       unit->hooks = std::make_shared<nn::ForwardHooks>();
       unit->hooks->pre = [this, raw](std::vector<at::Tensor>& in) { on_pre_forward(*raw, in); };
@@ -264,7 +267,11 @@ void ShardedModel::on_pre_forward(Unit& unit, std::vector<at::Tensor>& inputs) {
     prefetch(unit, +1);
   }
   if (torch::autograd::GradMode::is_enabled() && !unit.is_root) {
-    attach_post_backward(inputs, &unit.post_backward_callback);
+    if (attach_post_backward(inputs, &unit.post_backward_callback)) {
+      ++unit.calls_awaiting_backward;
+    } else {
+      unit.untracked_call = true;  // reduced after loss.backward() returns
+    }
   }
 }
 
@@ -337,6 +344,8 @@ void ShardedModel::backward(const at::Tensor& loss) {
   // not run in this micro-batch): reduce them now, in a fixed order on every rank.
   for (auto it = units_.rbegin(); it != units_.rend(); ++it) {
     if (!(*it)->post_backward_done) on_post_backward(**it);
+    (*it)->calls_awaiting_backward = 0;
+    (*it)->untracked_call = false;
   }
   drain_pending_reductions();
   ++micro_batches_;

@@ -31,8 +31,11 @@ struct Unit {
   std::vector<WorkHandle> gather_works;
   std::vector<at::Tensor> gather_sends;
 
-  // Per micro-batch.
+  // Per micro-batch. A unit may run several times in one forward (a video VAE stage once per
+  // chunk): its gradients are complete only after the backward of every call.
   bool post_backward_done = false;
+  int calls_awaiting_backward = 0;  // training calls whose post-backward node has not fired
+  bool untracked_call = false;      // a training call without inputs to hang that node on
   std::function<void()> post_backward_callback;  // owned here; the autograd node points at it
 
   int64_t gathered_size_bytes() const {

@@ -1,5 +1,6 @@
 #include "train/config.h"
 
+#include "util/text.h"
 #include "zeroshard/shard.h"
 
 #include <yaml-cpp/yaml.h>
@@ -97,7 +98,7 @@ std::vector<Key> registry(TrainConfig& c) {
                     [=] { return *p; }, allowed});
   };
   const int64_t big = std::numeric_limits<int32_t>::max();
-  add_string("model.series", &c.model_series, {"llama", "moe"});
+  add_string("model.series", &c.model_series, {"llama", "moe", "vae"});
   add_int("model.vocab_size", &c.llama.vocab_size, 1, big);
   add_int("model.dim", &c.llama.dim, 1, big);
   add_int("model.n_layers", &c.llama.n_layers, 0, 10000);
@@ -113,6 +114,20 @@ std::vector<Key> registry(TrainConfig& c) {
   add_int("model.shared_expert_hidden", &c.llama.moe.shared_expert_hidden, 0, big);
   add_float("model.aux_loss_coef", &c.llama.moe.aux_loss_coef, 0.0, 100.0);
   add_string("model.init_from", &c.init_from, {});
+  add_int("vae.base_channels", &c.vae.base_channels, 1, 1 << 16);
+  keys.push_back({"vae.channel_mult", "string",
+                  [&c](const std::string& v) { c.vae.channel_mult = models::parse_int_list("vae.channel_mult", v); },
+                  [&c] { return models::int_list_text(c.vae.channel_mult); },
+                  "a list of integers >= 1, one per level, e.g. [1, 2, 2]"});
+  keys.push_back({"vae.temporal_down", "string",
+                  [&c](const std::string& v) { c.vae.temporal_down = models::parse_bool_list("vae.temporal_down", v); },
+                  [&c] { return models::bool_list_text(c.vae.temporal_down); },
+                  "a list of true/false, one per downsampling (levels - 1), e.g. [false, true]"});
+  add_int("vae.z_channels", &c.vae.z_channels, 1, 1 << 16);
+  add_int("vae.num_res_blocks", &c.vae.num_res_blocks, 1, 64);
+  add_float("vae.norm_eps", &c.vae.norm_eps, 1e-12, 1.0);
+  add_float("vae.kl_weight", &c.vae.kl_weight, 0.0, 1e6);
+  add_int("vae.chunk_frames", &c.vae.chunk_frames, 0, 1 << 20);
   add_int("lora.rank", &c.lora_rank, 0, 1 << 16);
   add_float("lora.alpha", &c.lora_alpha, 0.0, 1e6);
   add_string("lora.targets", &c.lora_targets, {});
@@ -150,10 +165,12 @@ std::vector<Key> registry(TrainConfig& c) {
   add_bool("parallel.prefetch", &c.prefetch);
   add_bool("parallel.hybrid", &c.hybrid);
   add_int("parallel.shard_group_size", &c.shard_group_size, 0, 1 << 20);
-  add_string("data.source", &c.data_source, {"system_text", "synthetic", "file"});
+  add_string("data.source", &c.data_source, {"system_text", "synthetic", "file", "shapes"});
   add_string("data.path", &c.data_path, {});
   add_int("data.synthetic_bytes", &c.data_synthetic_bytes, 1024, int64_t{1} << 34);
   add_int("data.seed", &c.data_seed, 0, std::numeric_limits<int64_t>::max());
+  add_int("data.frames", &c.frames, 1, 1 << 16);
+  add_int("data.image_size", &c.image_size, 1, 1 << 16);
   add_string("run.dir", &c.run_dir, {});
   add_bool("run.dump_init", &c.dump_init);
   add_bool("run.dump_batches", &c.dump_batches);
@@ -210,10 +227,18 @@ void flatten(const YAML::Node& node, const std::string& prefix, const std::strin
     }
   } else if (node.IsScalar()) {
     out.emplace_back(prefix, node.Scalar());
+  } else if (node.IsSequence()) {
+    // A list of scalars (e.g. vae.channel_mult: [1, 2, 2]) reaches its key as "1,2,2".
+    std::string joined;
+    for (const auto& item : node) {
+      if (!item.IsScalar()) throw std::invalid_argument(file + ": key '" + prefix + "' must be a list of plain values");
+      joined += (joined.empty() ? "" : ",") + item.Scalar();
+    }
+    out.emplace_back(prefix, joined);
   } else if (node.IsNull()) {
     throw std::invalid_argument(file + ": key '" + prefix + "' has no value");
   } else {
-    throw std::invalid_argument(file + ": key '" + prefix + "' must be a scalar value, not a list");
+    throw std::invalid_argument(file + ": key '" + prefix + "' must be a value or a list of values");
   }
 }
 
@@ -299,12 +324,50 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
   return c;
 }
 
+namespace {
+
+// A key of another series' model or data, changed from its default, would be silently
+// ignored: name it instead.
+void check_series_keys(const TrainConfig& c) {
+  const bool lm = c.model_series == "llama" || c.model_series == "moe";
+  auto lm_only = [](const std::string& k) {
+    return (k.rfind("model.", 0) == 0 && k != "model.series" && k != "model.init_from") || k == "train.seq_len" ||
+           k.rfind("lora.", 0) == 0 || k == "data.path" || k == "data.synthetic_bytes";
+  };
+  auto vae_only = [](const std::string& k) { return k.rfind("vae.", 0) == 0 || k == "data.frames"; };
+  const auto now = config_items(c);
+  const auto defaults = config_items(TrainConfig());
+  for (size_t i = 0; i < now.size(); ++i) {
+    const std::string& key = now[i].first;
+    if (now[i].second == defaults[i].second) continue;
+    if (!lm && lm_only(key)) {
+      throw std::invalid_argument(key + "=" + now[i].second + " applies to the language-model series (llama, moe), not " +
+                                  c.model_series);
+    }
+    if (c.model_series != "vae" && vae_only(key)) {
+      throw std::invalid_argument(key + "=" + now[i].second + " applies to model.series: vae, not " + c.model_series);
+    }
+  }
+  const bool clips = c.data_source == "shapes";
+  if (!lm && !clips) {
+    throw std::invalid_argument("model.series: " + c.model_series + " trains on generated clips: set data.source: shapes (got " +
+                                c.data_source + ")");
+  }
+  if (lm && clips) {
+    throw std::invalid_argument("data.source: shapes makes clips, not text; model.series: " + c.model_series +
+                                " needs system_text, synthetic or file");
+  }
+}
+
+}  // namespace
+
 void validate(TrainConfig& c) {
   if (c.zero_stage >= 0) {
     // The alias sets the strategy (load_config rejects contradicting both).
     c.strategy = strategy_name(strategy_from_zero_stage(static_cast<int>(c.zero_stage)));
   }
   parse_strategy(c.strategy);
+  check_series_keys(c);
   if (c.model_series == "llama" && !(c.llama.moe == models::MoeConfig{})) {
     throw std::invalid_argument(
         "model.n_experts, model.top_k, model.shared_expert_hidden and model.aux_loss_coef apply to model.series: moe, "
@@ -315,6 +378,9 @@ void validate(TrainConfig& c) {
                                 std::to_string(c.llama.moe.n_experts));
   }
   c.llama.validate();
+  if (c.model_series == "vae") {
+    c.vae.validate(c.frames, c.image_size);
+  }
   if (c.seq_len > c.llama.max_seq_len) {
     throw std::invalid_argument("train.seq_len (" + std::to_string(c.seq_len) + ") exceeds model.max_seq_len (" +
                                 std::to_string(c.llama.max_seq_len) + ")");
@@ -353,10 +419,7 @@ nn::LoraOptions lora_options(const TrainConfig& cfg) {
   nn::LoraOptions o;
   o.rank = cfg.lora_rank;
   o.alpha = cfg.lora_alpha;
-  std::stringstream list(cfg.lora_targets);
-  for (std::string t; std::getline(list, t, ',');) {
-    t.erase(0, t.find_first_not_of(" \t"));
-    t.erase(t.find_last_not_of(" \t") + 1);
+  for (const std::string& t : util::split_trimmed(cfg.lora_targets)) {
     if (!t.empty()) o.targets.push_back(t);
   }
   return o;

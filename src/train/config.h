@@ -3,6 +3,7 @@
 #pragma once
 
 #include "models/llama/llama.h"
+#include "models/vae/vae.h"
 
 #include <nlohmann/json.hpp>
 
@@ -19,8 +20,9 @@ struct TrainConfig {
     llama.n_layers = 4;
     llama.max_seq_len = 128;
   }
-  std::string model_series = "llama";
+  std::string model_series = "llama";  // llama | moe (model.*, train.seq_len, text) | vae (vae.*, clips)
   models::LlamaConfig llama;
+  models::VaeConfig vae;
 
   int64_t steps = 200;
   int64_t micro_batch_size = 8;
@@ -35,8 +37,8 @@ struct TrainConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double clip_grad_norm = 1.0;
-  bool activation_checkpointing = false;
-  std::string param_dtype = "fp32";  // mixed_precision.param_dtype: fp32 | bf16 (gathers and compute)  // recompute each block in backward instead of keeping its activations
+  bool activation_checkpointing = false;  // recompute each unit in backward instead of keeping its activations
+  std::string param_dtype = "fp32";  // mixed_precision.param_dtype: fp32 | bf16 (gathers and compute)
   int64_t seed = 1234;
   int64_t log_every = 10;
 
@@ -68,6 +70,8 @@ struct TrainConfig {
   std::string data_path;
   int64_t data_synthetic_bytes = 1 << 20;
   int64_t data_seed = 1234;
+  int64_t frames = 8;       // data.frames: frames per generated clip (series vae)
+  int64_t image_size = 32;  // data.image_size: height = width of generated images and clips
 
   std::string run_dir;  // default runs/<config>-<timestamp>
   bool dump_init = false;      // write <run_dir>/init.safetensors (full initial weights)

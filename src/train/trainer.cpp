@@ -1,13 +1,10 @@
 #include "train/trainer.h"
 
 #include "checkpoint/checkpoint.h"
-#include "data/sampler.h"
-#include "data/text_dataset.h"
 #include "io/safetensors.h"
-#include "models/llama/llama.h"
 #include "train/metrics.h"
 #include "train/stop_signal.h"
-#include "zeroshard/nn/deferred.h"
+#include "train/task.h"
 #include "zeroshard/optim.h"
 #include "zeroshard/shard.h"
 
@@ -32,14 +29,17 @@ using Clock = std::chrono::steady_clock;
 
 std::string checked_resume_checkpoint(const TrainConfig& cfg) {
   const ckpt::Checkpoint ck(ckpt::resolve_checkpoint(cfg.resume));
-  // Every model.* key must agree (shapes alone would miss e.g. rope_theta).
-  const nlohmann::json saved = ck.config().value("model", nlohmann::json::object());
-  nlohmann::json now = config_to_json(cfg, 0)["model"];
-  now.erase("init_from");
+  // Every model.* (and vae.*) key must agree (shapes alone would miss e.g. rope_theta).
   std::string diffs;
-  for (auto it = now.begin(); it != now.end(); ++it) {
-    if (saved.contains(it.key()) && saved[it.key()] != it.value()) {
-      diffs += "\n  model." + it.key() + ": checkpoint " + saved[it.key()].dump() + ", this run " + it.value().dump();
+  for (const char* section : {"model", "vae"}) {
+    const nlohmann::json saved = ck.config().value(section, nlohmann::json::object());
+    nlohmann::json now = config_to_json(cfg, 0)[section];
+    now.erase("init_from");
+    for (auto it = now.begin(); it != now.end(); ++it) {
+      if (saved.contains(it.key()) && saved[it.key()] != it.value()) {
+        diffs += std::string("\n  ") + section + "." + it.key() + ": checkpoint " + saved[it.key()].dump() +
+                 ", this run " + it.value().dump();
+      }
     }
   }
   if (!diffs.empty()) {
@@ -142,15 +142,9 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
 
   // Model: built without parameter bytes, then each rank materializes only its shards, from
   // the checkpoint, a safetensors file, or the seeded init (identical for every W).
-  models::Llama model{nullptr};
-  std::vector<std::string> adapted;
-  {
-    nn::DeferredInit deferred;
-    model = models::Llama(cfg.llama);
-    if (cfg.lora_rank > 0) adapted = nn::apply_lora(*model, lora_options(cfg));
-  }
-  if (!adapted.empty()) {
-    log.line("LoRA: rank " + std::to_string(cfg.lora_rank) + " adapters on " + std::to_string(adapted.size()) +
+  std::unique_ptr<Task> task = make_task(cfg, rank, world);
+  if (!task->adapted().empty()) {
+    log.line("LoRA: rank " + std::to_string(cfg.lora_rank) + " adapters on " + std::to_string(task->adapted().size()) +
              " Linear layers (" + cfg.lora_targets + "); every other parameter frozen");
   }
   ShardOptions shard_options;
@@ -162,10 +156,9 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
   shard_options.recompute_check = cfg.check_recompute == "bitwise" ? nn::RecomputeCheck::Bitwise
                                   : cfg.check_recompute == "shape" ? nn::RecomputeCheck::Shape
                                                                    : nn::RecomputeCheck::Off;
-  const models::LlamaConfig llama = cfg.llama;
-  const uint64_t seed = static_cast<uint64_t>(cfg.seed);
-  auto seeded = param_source_from_init(
-      [llama, seed](const std::string& name, at::Tensor& t) { models::llama_init(llama, seed, name, t); });
+  const Task* task_ptr = task.get();
+  auto seeded =
+      param_source_from_init([task_ptr](const std::string& name, at::Tensor& t) { task_ptr->init_parameter(name, t); });
   if (resume) {
     shard_options.param_source = resume->param_source();
   } else if (!cfg.init_from.empty()) {
@@ -177,7 +170,7 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
   } else {
     shard_options.param_source = seeded;
   }
-  auto sharded = fully_shard(model.ptr(), comm, shard_options);
+  auto sharded = fully_shard(task->module(), comm, shard_options);
   if (sharded->num_replicas() > 1) {
     log.line("hybrid sharding: " + std::to_string(sharded->num_replicas()) + " copies of the model, each sharded over " +
              std::to_string(sharded->shard_comm().world_size()) + " ranks; this rank is in copy " +
@@ -235,31 +228,13 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
              std::to_string(m.grads_bytes) + " optim=" + std::to_string(m.optim_bytes));
   }
 
-  data::TextSourceOptions src;
-  src.source = cfg.data_source;
-  src.path = cfg.data_path;
-  src.synthetic_bytes = cfg.data_synthetic_bytes;
-  src.seed = static_cast<uint64_t>(cfg.data_seed);
-  data::SamplerOptions so;
-  so.seq_len = cfg.seq_len;
-  so.micro_batch_size = cfg.micro_batch_size;
-  so.grad_accum = cfg.grad_accum;
-  so.seed = static_cast<uint64_t>(cfg.data_seed);
-  data::DistributedWindowSampler sampler(data::load_corpus(src), so, rank, world);
-  if (cfg.dump_batches) {
-    std::ofstream out(run_dir + "/batches.rank" + std::to_string(rank) + ".bin", std::ios::binary);
-    for (int64_t s = 0; s < cfg.steps; ++s) {
-      for (int64_t m = 0; m < cfg.grad_accum; ++m) {
-        at::Tensor b = sampler.batch(s, m);
-        out.write(static_cast<const char*>(b.data_ptr()), static_cast<std::streamsize>(b.nbytes()));
-      }
-    }
-  }
+  if (cfg.dump_batches) task->dump_batches(run_dir + "/batches.rank" + std::to_string(rank) + ".bin", cfg.steps);
 
   std::unique_ptr<JsonlWriter> metrics;
   if (rank == 0) metrics = std::make_unique<JsonlWriter>(run_dir + "/metrics.jsonl");
   const bool tty = rank == 0 && isatty(STDOUT_FILENO);
-  const double tokens_per_step = static_cast<double>(sampler.global_batch_size() * cfg.seq_len);
+  const double items_per_step = task->items_per_step();
+  const std::string throughput_key = task->item_name() + "_per_s";  // tokens_per_s, clips_per_s
   std::vector<double> step_times;
   const auto job_start = Clock::now();
   float last_loss = 0.0f;
@@ -273,8 +248,7 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
       const auto t0 = Clock::now();
       sharded->reset_gathered_peak();
       sharded->reset_exposed_comm();
-      double loss_sum = 0.0, aux_sum = 0.0;
-      at::Tensor expert_tokens;  // MoE: routed tokens per (block, expert) over the step's micro-batches
+      double loss_sum = 0.0;
       if (cfg.debug_fail_at_step == step && cfg.debug_fail_rank == rank) {
         if (cfg.debug_fail_kind == "exception") {
           throw std::runtime_error("injected failure (debug.fail_at_step=" + std::to_string(step) + ") on rank " +
@@ -288,35 +262,23 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
         }
       }
       for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
-        at::Tensor batch = sampler.batch(step - 1, micro);
-        at::Tensor inputs = batch.narrow(1, 0, cfg.seq_len);
-        at::Tensor targets = batch.narrow(1, 1, cfg.seq_len);
-        at::Tensor loss = models::lm_loss(model->forward(inputs), targets);
+        at::Tensor loss = task->loss(step - 1, micro);
         if (cfg.debug_fail_kind == "nan" && cfg.debug_fail_at_step == step && cfg.debug_fail_rank == rank) {
           loss = loss * std::numeric_limits<float>::quiet_NaN();
         }
         sharded->backward(loss);
         loss_sum += static_cast<double>(loss.item<float>());
-        if (cfg.llama.moe.enabled()) {
-          aux_sum += model->last_aux_loss();
-          at::Tensor t = model->last_tokens_per_expert();
-          expert_tokens = expert_tokens.defined() ? expert_tokens + t : t;
-        }
       }
       // Every rank sees every rank's loss and the global gradient norm, so all decide alike.
-      at::Tensor rank_losses = at::empty({2 * world}, at::kDouble);  // (LM loss, MoE aux loss) per rank
+      at::Tensor rank_losses = at::empty({world}, at::kDouble);
       const auto gather_t0 = Clock::now();
-      comm->all_gather(at::tensor({loss_sum, aux_sum}, at::kDouble), rank_losses);
-      if (expert_tokens.defined()) {
-        expert_tokens = expert_tokens.reshape({-1}).contiguous();
-        comm->all_reduce(expert_tokens);
-      }
+      comm->all_gather(at::tensor({loss_sum}, at::kDouble), rank_losses);
+      const nlohmann::json series_metrics = task->finish_step(*comm);  // e.g. MoE aux loss, VAE recon/KL
       const double loss_gather_s = std::chrono::duration<double>(Clock::now() - gather_t0).count();
-      double total_loss = 0.0, total_aux = 0.0;
+      double total_loss = 0.0;
       std::string bad_ranks;
       for (int r = 0; r < world; ++r) {
-        const double l = rank_losses.data_ptr<double>()[2 * r];
-        total_aux += rank_losses.data_ptr<double>()[2 * r + 1];
+        const double l = rank_losses.data_ptr<double>()[r];
         total_loss += l;
         if (!std::isfinite(l)) bad_ranks += (bad_ranks.empty() ? "" : ", ") + std::to_string(r);
       }
@@ -374,7 +336,7 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
                                {"lr", lr},
                                {"grad_norm", grad_norm},
                                {"step_time_s", step_time},
-                               {"tokens_per_s", tokens_per_step / step_time},
+                               {throughput_key, items_per_step / step_time},
                                {"compute_s", compute_s},
                                {"comm_exposed_s", comm_exposed_s},
                                {"optimizer_s", optimizer_s},
@@ -385,20 +347,15 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
                                {"rss_peak_bytes", a[4]},
                                {"skipped", !finite},
                                {"ranks", per_rank}};
-        if (expert_tokens.defined()) {
-          // Mean over ranks and micro-batches of the blocks' summed load-balancing losses
-          // (1.0 per block when routing is perfectly even).
-          line["aux_loss"] = total_aux / static_cast<double>(world * cfg.grad_accum);
-          // (block, expert) pairs that no rank routed a token to: parameters without a gradient.
-          line["moe_idle_experts"] = expert_tokens.eq(0).sum().item<int64_t>();
-        }
+        for (auto it = series_metrics.begin(); it != series_metrics.end(); ++it) line[it.key()] = it.value();
         metrics->write(line);
         const double elapsed = std::chrono::duration<double>(Clock::now() - job_start).count();
         const double eta = elapsed / static_cast<double>(step - start_step) * static_cast<double>(cfg.steps - step);
         char text[256];
-        std::snprintf(text, sizeof(text), "step %lld/%lld | loss %.4f | %s tok/s | %.3f s/step | ETA %.0fs",
+        std::snprintf(text, sizeof(text), "step %lld/%lld | loss %.4f | %s %s/s | %.3f s/step | ETA %.0fs",
                       static_cast<long long>(step), static_cast<long long>(cfg.steps), static_cast<double>(loss),
-                      human_count(tokens_per_step / step_time).c_str(), step_time, eta);
+                      human_count(items_per_step / step_time).c_str(),
+                      task->item_name() == "tokens" ? "tok" : task->item_name().c_str(), step_time, eta);
         if (cfg.progress && tty) {
           // A bar on a terminal, redrawn in place.
           const int width = 24;
@@ -453,7 +410,7 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
     std::vector<double> sorted = step_times;
     std::sort(sorted.begin(), sorted.end());
     const double median = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
-    const double tokens_per_s = median > 0 ? tokens_per_step / median : 0.0;
+    const double per_s = median > 0 ? items_per_step / median : 0.0;
     const MemoryStats m = sharded->memory();
     nlohmann::json summary = {{"run_dir", run_dir},
                               {"world_size", world},
@@ -462,7 +419,7 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
                               {"final_loss", static_cast<double>(last_loss)},
                               {"skipped_steps", skipped_steps},
                               {"median_step_time_s", median},
-                              {"tokens_per_s", tokens_per_s},
+                              {throughput_key, per_s},
                               {"num_params", m.num_params},
                               {"largest_unit_bytes", m.largest_unit_bytes}};
     std::ofstream(run_dir + "/summary.json") << summary.dump(2) << "\n";

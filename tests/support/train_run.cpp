@@ -15,14 +15,26 @@ const char* const kSmallModel =
     " --set train.lr=0.01 --set train.min_lr=0.001 --set train.warmup_steps=3 --set run.progress=false"
     " --set parallel.comm_timeout_s=60";
 
-TrainRun train(const std::string& args, int nproc, const std::string& tag, const std::string& dir) {
+namespace {
+
+TrainRun run_train(const std::string& args, int nproc, const std::string& tag, const std::string& dir) {
   TrainRun r;
   r.dir = dir.empty() ? make_temp_dir(tag) : dir;
-  const std::string cmd = std::string(ZS_BINARY) + " train --nproc " + std::to_string(nproc) + kSmallModel +
-                          " --set run.dir=" + r.dir + " " + args;
+  const std::string cmd =
+      std::string(ZS_BINARY) + " train --nproc " + std::to_string(nproc) + " --set run.dir=" + r.dir + " " + args;
   r.exit_code = run_command(cmd, &r.output);
   read_metrics(r);
   return r;
+}
+
+}  // namespace
+
+TrainRun train(const std::string& args, int nproc, const std::string& tag, const std::string& dir) {
+  return run_train(std::string(kSmallModel) + " " + args, nproc, tag, dir);
+}
+
+TrainRun train_series(const std::string& args, int nproc, const std::string& tag) {
+  return run_train(args, nproc, tag, "");
 }
 
 void read_metrics(TrainRun& r) {

@@ -21,6 +21,9 @@ struct TrainRun {
 // `zeroshard train --nproc N <kSmallModel> --set run.dir=<fresh dir> <args>`; dir may be given.
 TrainRun train(const std::string& args, int nproc, const std::string& tag, const std::string& dir = "");
 
+// `zeroshard train --nproc N --set run.dir=<fresh dir> <args>` (args name the config: any series).
+TrainRun train_series(const std::string& args, int nproc, const std::string& tag);
+
 // Fills r.metrics from <r.dir>/metrics.jsonl (for runs started some other way).
 void read_metrics(TrainRun& r);
 

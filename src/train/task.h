@@ -1,0 +1,53 @@
+// What a model series brings to the trainer: its module (built without parameter bytes), the
+// seeded value of each parameter, this rank's micro-batches and their loss, and its own
+// per-step figures. Everything else — sharding, optimizer, checkpoints, metrics, signals — the
+// trainer does alike for every series.
+#pragma once
+
+#include "train/config.h"
+#include "zeroshard/comm.h"
+#include "zeroshard/nn/hookable.h"
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zeroshard::train {
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  // The model, built inside nn::DeferredInit (LoRA adapters already attached, if asked).
+  virtual std::shared_ptr<nn::HookableModule> module() const = 0;
+  // The seeded initial value of parameter `name` (the same for every world size and strategy).
+  virtual void init_parameter(const std::string& name, at::Tensor& param) const = 0;
+  // The loss of micro-batch `micro` of optimizer step `step` (0-based) on this rank.
+  virtual at::Tensor loss(int64_t step, int64_t micro) = 0;
+  // What one optimizer step trains on over all ranks, e.g. 4096 "tokens" or 8 "clips".
+  virtual double items_per_step() const = 0;
+  virtual std::string item_name() const = 0;
+  // run.dump_batches: this rank's inputs of steps [0, steps) as raw bytes.
+  virtual void dump_batches(const std::string& path, int64_t steps) const = 0;
+  // After a step's micro-batches, on every rank (may run collectives): the series' figures for
+  // metrics.jsonl, the same on every rank; resets them for the next step.
+  virtual nlohmann::json finish_step(Communicator& comm) {
+    (void)comm;
+    return nlohmann::json::object();
+  }
+  // Linear layers that got LoRA adapters (empty without lora.rank).
+  const std::vector<std::string>& adapted() const { return adapted_; }
+
+ protected:
+  std::vector<std::string> adapted_;
+};
+
+// The task of cfg.model_series for this rank (of `world` ranks).
+std::unique_ptr<Task> make_task(const TrainConfig& cfg, int rank, int world);
+
+// Per series (src/train/task_*.cpp).
+std::unique_ptr<Task> make_language_model_task(const TrainConfig& cfg, int rank, int world);
+std::unique_ptr<Task> make_video_vae_task(const TrainConfig& cfg, int rank, int world);
+
+}  // namespace zeroshard::train
