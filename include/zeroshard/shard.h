@@ -80,6 +80,10 @@ std::shared_ptr<ParamSource> combine_param_sources(std::shared_ptr<ParamSource> 
                                                    std::shared_ptr<ParamSource> second,
                                                    std::function<bool(const std::string&)> take_from_second);
 
+// Serves parameters named "<prefix>rest" from `inner`, which knows them as "rest" (a frozen
+// tower's own safetensors file inside a pipeline). Combine it with combine_param_sources.
+std::shared_ptr<ParamSource> prefixed_param_source(std::shared_ptr<ParamSource> inner, const std::string& prefix);
+
 struct ShardOptions {
   ShardOptions() = default;
   ShardOptions(Strategy s) : strategy(s) {}  // NOLINT: implicit, so {Strategy::Optim} reads naturally

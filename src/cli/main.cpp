@@ -122,7 +122,8 @@ int cmd_sample(const zeroshard::sample::SampleOptions& o, int nproc) {
                "--tokens",  std::to_string(o.tokens),       "--temperature", std::to_string(o.temperature),
                "--top-k",   std::to_string(o.top_k),        "--seed",        std::to_string(o.seed),
                "--strategy", o.strategy, "--clips", std::to_string(o.clips), "--first-clip",
-               std::to_string(o.first_clip), "--chunk-frames", std::to_string(o.chunk_frames)};
+               std::to_string(o.first_clip), "--chunk-frames", std::to_string(o.chunk_frames), "--steps",
+               std::to_string(o.denoise_steps)};
     if (!o.out.empty()) {
       lo.argv.push_back("--out");
       lo.argv.push_back(o.out);
@@ -132,8 +133,9 @@ int cmd_sample(const zeroshard::sample::SampleOptions& o, int nproc) {
   }
   at::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                          std::max(1, rdv.local_world_size)));
-  if (sample::checkpoint_series(o.checkpoint) == "vae") {
-    const std::string summary = sample::reconstruct_clips(o, rdv);
+  const std::string series = sample::checkpoint_series(o.checkpoint);
+  if (series == "vae" || series == "flux") {
+    const std::string summary = series == "vae" ? sample::reconstruct_clips(o, rdv) : sample::generate_images(o, rdv);
     if (rdv.rank == 0) std::printf("%s\n", summary.c_str());
     return 0;
   }
@@ -203,7 +205,8 @@ int main(int argc, char** argv) {
   auto* sample = app.add_subcommand(
       "sample",
       "From a trained checkpoint under any strategy: text from an LM (llama, moe; rank 0 prints it), or a PNG of "
-      "held-out clips and their reconstructions from a video VAE (vae)");
+      "held-out clips and their reconstructions from a video VAE (vae), or a PNG of images generated from "
+      "captions (flux: --prompt, else held-out captions)");
   zeroshard::sample::SampleOptions sample_options;
   int sample_nproc = 1;
   bool sample_no_cache = false;
@@ -221,8 +224,11 @@ int main(int argc, char** argv) {
   sample->add_option("--nproc", sample_nproc, "Ranks to shard the model over")->check(CLI::Range(1, 1024));
   sample->add_flag("--no-cache", sample_no_cache, "Recompute the whole sequence for every token (no KV cache)");
   sample->add_option("--out", sample_options.out, "vae: the PNG to write (default: <run>/reconstruction.png)");
-  sample->add_option("--clips", sample_options.clips, "vae: held-out clips to reconstruct")->check(CLI::Range(1, 1024));
-  sample->add_option("--first-clip", sample_options.first_clip, "vae: generated clip index of the first one");
+  sample->add_option("--clips", sample_options.clips, "vae/flux: held-out clips to reconstruct / images to generate")
+      ->check(CLI::Range(1, 1024));
+  sample->add_option("--first-clip", sample_options.first_clip, "vae/flux: generated scene index of the first one");
+  sample->add_option("--steps", sample_options.denoise_steps, "flux: Euler steps from noise to image")
+      ->check(CLI::Range(1, 10000));
   sample->add_option("--chunk-frames", sample_options.chunk_frames,
                      "vae: frames per chunk (0: whole clip; default: the run's vae.chunk_frames)");
 

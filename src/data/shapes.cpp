@@ -41,8 +41,9 @@ ShapeScene shape_scene(uint64_t seed, int64_t index) {
   s.size = pick(2);
   s.place = pick(9);
   s.motion = pick(5);
-  s.caption = std::string("a ") + (s.size ? "large " : "small ") + kColours[s.colour] + " " + kShapes[s.shape] +
-              " at the " + kPlaces[s.place] + ", " + kMotions[s.motion];
+  s.still_caption = std::string("a ") + (s.size ? "large " : "small ") + kColours[s.colour] + " " +
+                    kShapes[s.shape] + " at the " + kPlaces[s.place];
+  s.caption = s.still_caption + ", " + kMotions[s.motion];
   return s;
 }
 
@@ -69,6 +70,10 @@ at::Tensor render_shape_clip(const ShapeScene& scene, int64_t frames, int64_t si
     }
   }
   return clip;
+}
+
+at::Tensor shape_images(uint64_t seed, int64_t first_index, int64_t batch, int64_t size) {
+  return shape_clips(seed, first_index, batch, 1, size).select(2, 0);
 }
 
 at::Tensor shape_clips(uint64_t seed, int64_t first_index, int64_t batch, int64_t frames, int64_t size) {

@@ -1,6 +1,7 @@
 #include "nn/layers.h"
 
 #include "nn/init.h"
+#include "util/text.h"
 
 #include <algorithm>
 #include <cmath>
@@ -67,11 +68,7 @@ std::vector<std::string> apply_lora(torch::nn::Module& root, const LoraOptions& 
   return adapted;
 }
 
-namespace {
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-}  // namespace
+using util::ends_with;
 
 bool is_lora_parameter(const std::string& name) { return ends_with(name, ".lora_a") || ends_with(name, ".lora_b"); }
 
@@ -136,6 +133,27 @@ torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope, int64_t
   auto x1 = x.narrow(-1, 0, D / 2), x2 = x.narrow(-1, D / 2, D / 2);
   auto rotated = torch::cat({-x2, x1}, -1);
   return x * cos + rotated * sin;
+}
+
+torch::Tensor full_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(3)));
+  auto probs = torch::softmax(scores.to(torch::kFloat), -1).to(q.scalar_type());
+  return torch::matmul(probs, v);
+}
+
+torch::Tensor apply_rope_2d(const torch::Tensor& x, const torch::Tensor& rows, const torch::Tensor& cols, double theta) {
+  const int64_t D = x.size(3), half = D / 2;
+  TORCH_CHECK(half % 2 == 0, "2-D RoPE needs head_dim divisible by 4, got ", D);
+  auto rotate = [&](const torch::Tensor& u, const torch::Tensor& pos) {
+    auto j = torch::arange(0, half / 2, torch::kFloat);
+    auto inv_freq = 1.0 / torch::pow(torch::tensor(theta, torch::kFloat), 2.0 * j / static_cast<double>(half));
+    auto angles = torch::outer(pos.to(torch::kFloat), inv_freq);  // [N, half / 2]
+    auto cos = torch::cat({angles.cos(), angles.cos()}, -1).to(u.scalar_type());
+    auto sin = torch::cat({angles.sin(), angles.sin()}, -1).to(u.scalar_type());
+    auto u1 = u.narrow(-1, 0, half / 2), u2 = u.narrow(-1, half / 2, half / 2);
+    return u * cos + torch::cat({-u2, u1}, -1) * sin;
+  };
+  return torch::cat({rotate(x.narrow(-1, 0, half), rows), rotate(x.narrow(-1, half, half), cols)}, -1);
 }
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {

@@ -84,4 +84,13 @@ torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope, int64_t
 // Tk >= Tq: the queries are the last Tq positions (the keys before them come from a KV cache).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
+// Scaled-dot-product attention where every query sees every key (encoders, DiTs).
+// q, k, v: [B, H, T, D] (same H).
+torch::Tensor full_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+// 2-D rotary positions (image patches, FLUX style): per head, the first half of the features
+// rotates by the token's row, the second half by its column, each half in the rotate-half
+// convention. x: [B, H, N, D]; rows, cols: float [N] (text tokens at (0, 0): unrotated).
+torch::Tensor apply_rope_2d(const torch::Tensor& x, const torch::Tensor& rows, const torch::Tensor& cols, double theta);
+
 }  // namespace zeroshard::nn

@@ -11,7 +11,6 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <filesystem>
 #include <stdexcept>
 
 namespace zeroshard::sample {
@@ -49,13 +48,7 @@ std::string reconstruct_clips(const SampleOptions& o, const RendezvousInfo& rdv)
   const double mse = out.recon_loss.item<double>();
   const double psnr = 10.0 * std::log10(4.0 / std::max(mse, 1e-12));  // pixel range [-1, 1]: peak-to-peak 2
 
-  std::string path = o.out;
-  if (path.empty()) {
-    namespace fs = std::filesystem;
-    const fs::path dir = fs::absolute(ck.dir());
-    path = (dir.parent_path().filename() == "checkpoints" ? dir.parent_path().parent_path() : dir).string() +
-           "/reconstruction.png";
-  }
+  const std::string path = output_path(ck, o.out, "reconstruction.png");
   if (comm->rank() == 0) {
     // Rows: clip 0 original, clip 0 reconstruction, clip 1 original, ...; frames left to right,
     // 2 pixels of grey between them.

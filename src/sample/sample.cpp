@@ -2,6 +2,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "sample/checkpoint_model.h"
+#include "util/text.h"
 #include "data/text_dataset.h"
 #include "models/llama/llama.h"
 #include "train/config.h"
@@ -11,6 +12,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <limits>
 #include <stdexcept>
 
@@ -26,12 +28,13 @@ train::TrainConfig model_config_of(const ckpt::Checkpoint& ck) {
     // Lists were saved as their comma-joined text; numbers and booleans as JSON.
     overrides.push_back(section + "." + key + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
   };
-  // model.*, a LoRA run's adapters (lora.*) and the VAE (vae.*) make the model; init_from is
-  // where the run's first weights came from, not the model.
-  for (const char* section : {"model", "lora", "vae"}) {
+  // model.*, a LoRA run's adapters (lora.*), the VAE (vae.*) and the flux pipeline (flux.*)
+  // make the model; init_from / *_from name where the run's first weights came from, not the
+  // model (the checkpoint holds them now).
+  for (const char* section : {"model", "lora", "vae", "flux"}) {
     if (!cfg.contains(section) || !cfg[section].is_object()) continue;  // older checkpoints
     for (auto it = cfg[section].begin(); it != cfg[section].end(); ++it) {
-      if (it.key() != "init_from") add(section, it.key(), it.value());
+      if (!util::ends_with(it.key(), "_from")) add(section, it.key(), it.value());
     }
   }
   // The run's data shapes, so the cross-field checks see the run's own values.
@@ -42,6 +45,13 @@ train::TrainConfig model_config_of(const ckpt::Checkpoint& ck) {
     }
   }
   return train::load_config("", overrides);
+}
+
+std::string output_path(const ckpt::Checkpoint& ck, const std::string& out, const std::string& name) {
+  if (!out.empty()) return out;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::absolute(ck.dir());
+  return (dir.parent_path().filename() == "checkpoints" ? dir.parent_path().parent_path() : dir).string() + "/" + name;
 }
 
 std::string checkpoint_series(const std::string& checkpoint) {

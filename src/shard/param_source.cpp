@@ -41,7 +41,39 @@ class CombinedSource : public ParamSource {
   std::function<bool(const std::string&)> take_from_second_;
 };
 
+// Serves "<prefix>name" from a source that knows "name" (a sub-model's own file).
+class PrefixedSource : public ParamSource {
+ public:
+  PrefixedSource(std::shared_ptr<ParamSource> inner, std::string prefix)
+      : inner_(std::move(inner)), prefix_(std::move(prefix)) {}
+
+  void check(const std::vector<ParamInfo>& params) override {
+    std::vector<ParamInfo> stripped;
+    for (const auto& p : params) stripped.push_back(strip(p));
+    inner_->check(stripped);
+  }
+  void read(const ParamInfo& param, int64_t begin, int64_t end, at::Tensor out) override {
+    inner_->read(strip(param), begin, end, std::move(out));
+  }
+
+ private:
+  ParamInfo strip(const ParamInfo& p) const {
+    if (p.name.rfind(prefix_, 0) != 0) {
+      throw std::invalid_argument("parameter '" + p.name + "' was routed to a source for '" + prefix_ + "*' only");
+    }
+    ParamInfo s = p;
+    s.name = p.name.substr(prefix_.size());
+    return s;
+  }
+  std::shared_ptr<ParamSource> inner_;
+  std::string prefix_;
+};
+
 }  // namespace
+
+std::shared_ptr<ParamSource> prefixed_param_source(std::shared_ptr<ParamSource> inner, const std::string& prefix) {
+  return std::make_shared<PrefixedSource>(std::move(inner), prefix);
+}
 
 std::shared_ptr<ParamSource> combine_param_sources(std::shared_ptr<ParamSource> first,
                                                    std::shared_ptr<ParamSource> second,

@@ -98,7 +98,7 @@ std::vector<Key> registry(TrainConfig& c) {
                     [=] { return *p; }, allowed});
   };
   const int64_t big = std::numeric_limits<int32_t>::max();
-  add_string("model.series", &c.model_series, {"llama", "moe", "vae"});
+  add_string("model.series", &c.model_series, {"llama", "moe", "vae", "flux"});
   add_int("model.vocab_size", &c.llama.vocab_size, 1, big);
   add_int("model.dim", &c.llama.dim, 1, big);
   add_int("model.n_layers", &c.llama.n_layers, 0, 10000);
@@ -128,6 +128,21 @@ std::vector<Key> registry(TrainConfig& c) {
   add_float("vae.norm_eps", &c.vae.norm_eps, 1e-12, 1.0);
   add_float("vae.kl_weight", &c.vae.kl_weight, 0.0, 1e6);
   add_int("vae.chunk_frames", &c.vae.chunk_frames, 0, 1 << 20);
+  add_int("flux.dim", &c.flux.dim, 4, 1 << 16);
+  add_int("flux.n_heads", &c.flux.n_heads, 1, 1024);
+  add_int("flux.double_blocks", &c.flux.double_blocks, 0, 1024);
+  add_int("flux.single_blocks", &c.flux.single_blocks, 0, 1024);
+  add_int("flux.mlp_ratio", &c.flux.mlp_ratio, 1, 64);
+  add_int("flux.patch_size", &c.flux.patch_size, 1, 64);
+  add_float("flux.rope_theta", &c.flux.rope_theta, 1.0, 1e9);
+  add_float("flux.latent_scale", &c.flux.latent_scale, 1e-6, 1e6);
+  add_int("flux.text_dim", &c.flux.text.dim, 2, 1 << 16);
+  add_int("flux.text_layers", &c.flux.text.n_layers, 0, 1024);
+  add_int("flux.text_heads", &c.flux.text.n_heads, 1, 1024);
+  add_int("flux.text_ffn_hidden", &c.flux.text.ffn_hidden, 1, 1 << 20);
+  add_int("flux.text_len", &c.flux.text.max_len, 1, 4096);
+  add_string("flux.vae_from", &c.flux_vae_from, {});
+  add_string("flux.text_encoder_from", &c.flux_text_encoder_from, {});
   add_int("lora.rank", &c.lora_rank, 0, 1 << 16);
   add_float("lora.alpha", &c.lora_alpha, 0.0, 1e6);
   add_string("lora.targets", &c.lora_targets, {});
@@ -332,9 +347,16 @@ void check_series_keys(const TrainConfig& c) {
   const bool lm = c.model_series == "llama" || c.model_series == "moe";
   auto lm_only = [](const std::string& k) {
     return (k.rfind("model.", 0) == 0 && k != "model.series" && k != "model.init_from") || k == "train.seq_len" ||
-           k.rfind("lora.", 0) == 0 || k == "data.path" || k == "data.synthetic_bytes";
+           k == "data.path" || k == "data.synthetic_bytes";
   };
-  auto vae_only = [](const std::string& k) { return k.rfind("vae.", 0) == 0 || k == "data.frames"; };
+  // Which series each other key applies to (the flux pipeline's VAE tower takes vae.*).
+  auto owners = [](const std::string& k) -> std::vector<std::string> {
+    if (k.rfind("vae.", 0) == 0) return {"vae", "flux"};
+    if (k == "data.frames") return {"vae"};
+    if (k.rfind("flux.", 0) == 0) return {"flux"};
+    if (k.rfind("lora.", 0) == 0) return {"llama", "moe", "flux"};
+    return {};
+  };
   const auto now = config_items(c);
   const auto defaults = config_items(TrainConfig());
   for (size_t i = 0; i < now.size(); ++i) {
@@ -344,8 +366,12 @@ void check_series_keys(const TrainConfig& c) {
       throw std::invalid_argument(key + "=" + now[i].second + " applies to the language-model series (llama, moe), not " +
                                   c.model_series);
     }
-    if (c.model_series != "vae" && vae_only(key)) {
-      throw std::invalid_argument(key + "=" + now[i].second + " applies to model.series: vae, not " + c.model_series);
+    const auto series = owners(key);
+    if (!series.empty() && std::find(series.begin(), series.end(), c.model_series) == series.end()) {
+      std::string names;
+      for (const auto& s : series) names += (names.empty() ? "" : ", ") + s;
+      throw std::invalid_argument(key + "=" + now[i].second + " applies to model.series: " + names + ", not " +
+                                  c.model_series);
     }
   }
   const bool clips = c.data_source == "shapes";
@@ -378,8 +404,26 @@ void validate(TrainConfig& c) {
                                 std::to_string(c.llama.moe.n_experts));
   }
   c.llama.validate();
-  if (c.model_series == "vae") {
-    c.vae.validate(c.frames, c.image_size);
+  if (c.model_series == "vae") c.vae.validate(c.frames, c.image_size);
+  if (c.model_series == "flux") {
+    for (bool t : c.vae.temporal_down) {
+      if (t) {
+        throw std::invalid_argument("vae.temporal_down=" + models::bool_list_text(c.vae.temporal_down) +
+                                    ": the flux pipeline's VAE codes single images; set every entry to false");
+      }
+    }
+    c.vae.validate(1, c.image_size);
+    c.flux.validate(c.image_size / c.vae.spatial_factor());
+    if (!c.init_from.empty() && (!c.flux_vae_from.empty() || !c.flux_text_encoder_from.empty())) {
+      throw std::invalid_argument("model.init_from holds the whole pipeline, towers included; drop flux.vae_from / "
+                                  "flux.text_encoder_from or model.init_from");
+    }
+    for (const std::string* path : {&c.flux_vae_from, &c.flux_text_encoder_from}) {
+      if (!path->empty() && !fs::exists(*path)) {
+        throw std::invalid_argument(std::string(path == &c.flux_vae_from ? "flux.vae_from" : "flux.text_encoder_from") +
+                                    ": file '" + *path + "' does not exist");
+      }
+    }
   }
   if (c.seq_len > c.llama.max_seq_len) {
     throw std::invalid_argument("train.seq_len (" + std::to_string(c.seq_len) + ") exceeds model.max_seq_len (" +

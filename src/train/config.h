@@ -2,6 +2,7 @@
 // every key known, typed and range-checked; an unknown key is an error naming the closest.
 #pragma once
 
+#include "models/flux/flux.h"
 #include "models/llama/llama.h"
 #include "models/vae/vae.h"
 
@@ -20,9 +21,13 @@ struct TrainConfig {
     llama.n_layers = 4;
     llama.max_seq_len = 128;
   }
-  std::string model_series = "llama";  // llama | moe (model.*, train.seq_len, text) | vae (vae.*, clips)
+  // llama | moe (model.*, train.seq_len, text) | vae (vae.*, clips) | flux (flux.*, the VAE tower vae.*, images)
+  std::string model_series = "llama";
   models::LlamaConfig llama;
   models::VaeConfig vae;
+  models::FluxConfig flux;
+  std::string flux_vae_from;           // flux.vae_from: the frozen VAE's safetensors (a vae run's export)
+  std::string flux_text_encoder_from;  // flux.text_encoder_from: the frozen text encoder's (else seeded)
 
   int64_t steps = 200;
   int64_t micro_batch_size = 8;

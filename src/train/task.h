@@ -7,6 +7,7 @@
 #include "train/config.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/nn/hookable.h"
+#include "zeroshard/shard.h"
 
 #include <nlohmann/json.hpp>
 
@@ -21,8 +22,13 @@ class Task {
   virtual ~Task() = default;
   // The model, built inside nn::DeferredInit (LoRA adapters already attached, if asked).
   virtual std::shared_ptr<nn::HookableModule> module() const = 0;
+  // Which modules are sharding units (empty: every HookableModule).
+  virtual WrapPolicy wrap_policy() const { return {}; }
   // The seeded initial value of parameter `name` (the same for every world size and strategy).
   virtual void init_parameter(const std::string& name, at::Tensor& param) const = 0;
+  // Where a fresh run's values come from: `seeded` (init_parameter), unless the series loads
+  // parts from files (the flux pipeline's frozen towers).
+  virtual std::shared_ptr<ParamSource> initial_source(std::shared_ptr<ParamSource> seeded) const { return seeded; }
   // The loss of micro-batch `micro` of optimizer step `step` (0-based) on this rank.
   virtual at::Tensor loss(int64_t step, int64_t micro) = 0;
   // What one optimizer step trains on over all ranks, e.g. 4096 "tokens" or 8 "clips".
@@ -43,11 +49,29 @@ class Task {
   std::vector<std::string> adapted_;
 };
 
+// A series trained on generated samples (images, clips) numbered 0, 1, 2, ...: micro-batch m of
+// step s on rank r takes consecutive numbers, so a step's global batch is the same set for
+// every world size with the same global batch (and so are its seeded noises).
+class GeneratedSampleTask : public Task {
+ public:
+  GeneratedSampleTask(const TrainConfig& cfg, int rank, int world) : cfg_(cfg), rank_(rank), world_(world) {}
+  double items_per_step() const override;
+  void dump_batches(const std::string& path, int64_t steps) const override;
+
+ protected:
+  int64_t first_index(int64_t step, int64_t micro) const;
+  // micro_batch_size samples, numbers first .. first + micro_batch_size - 1.
+  virtual at::Tensor samples(int64_t first) const = 0;
+  TrainConfig cfg_;
+  int rank_, world_;
+};
+
 // The task of cfg.model_series for this rank (of `world` ranks).
 std::unique_ptr<Task> make_task(const TrainConfig& cfg, int rank, int world);
 
 // Per series (src/train/task_*.cpp).
 std::unique_ptr<Task> make_language_model_task(const TrainConfig& cfg, int rank, int world);
 std::unique_ptr<Task> make_video_vae_task(const TrainConfig& cfg, int rank, int world);
+std::unique_ptr<Task> make_flux_task(const TrainConfig& cfg, int rank, int world);
 
 }  // namespace zeroshard::train

@@ -100,9 +100,4 @@ std::unique_ptr<Task> make_language_model_task(const TrainConfig& cfg, int rank,
   return std::make_unique<LanguageModelTask>(cfg, rank, world);
 }
 
-std::unique_ptr<Task> make_task(const TrainConfig& cfg, int rank, int world) {
-  if (cfg.model_series == "vae") return make_video_vae_task(cfg, rank, world);
-  return make_language_model_task(cfg, rank, world);
-}
-
 }  // namespace zeroshard::train

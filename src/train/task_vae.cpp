@@ -6,14 +6,13 @@
 #include "train/task.h"
 #include "zeroshard/nn/deferred.h"
 
-#include <fstream>
 
 namespace zeroshard::train {
 namespace {
 
-class VideoVaeTask : public Task {
+class VideoVaeTask : public GeneratedSampleTask {
  public:
-  VideoVaeTask(const TrainConfig& cfg, int rank, int world) : cfg_(cfg), rank_(rank), world_(world) {
+  VideoVaeTask(const TrainConfig& cfg, int rank, int world) : GeneratedSampleTask(cfg, rank, world) {
     nn::DeferredInit deferred;
     model_ = models::VideoVae(cfg.vae);
   }
@@ -26,7 +25,7 @@ class VideoVaeTask : public Task {
 
   at::Tensor loss(int64_t step, int64_t micro) override {
     const int64_t first = first_index(step, micro);
-    const at::Tensor clips = batch(first);
+    const at::Tensor clips = samples(first);
     // The posterior sample's noise, per clip from (seed, clip index): the same for every
     // world size and strategy.
     std::vector<at::Tensor> noise;
@@ -44,20 +43,7 @@ class VideoVaeTask : public Task {
     return out.loss;
   }
 
-  double items_per_step() const override {
-    return static_cast<double>(cfg_.micro_batch_size * cfg_.grad_accum * world_);
-  }
   std::string item_name() const override { return "clips"; }
-
-  void dump_batches(const std::string& path, int64_t steps) const override {
-    std::ofstream out(path, std::ios::binary);
-    for (int64_t s = 0; s < steps; ++s) {
-      for (int64_t m = 0; m < cfg_.grad_accum; ++m) {
-        const at::Tensor b = batch(first_index(s, m));
-        out.write(static_cast<const char*>(b.data_ptr()), static_cast<std::streamsize>(b.nbytes()));
-      }
-    }
-  }
 
   nlohmann::json finish_step(Communicator& comm) override {
     at::Tensor sums = at::tensor({recon_sum_, kl_sum_}, at::kDouble);
@@ -69,19 +55,11 @@ class VideoVaeTask : public Task {
   }
 
  private:
-  // Clip indices of a step are consecutive over (micro-batch, rank, sample): the step's
-  // global batch is the same set for every world size with the same global batch.
-  int64_t first_index(int64_t step, int64_t micro) const {
-    const int64_t per_micro = cfg_.micro_batch_size * world_;
-    return (step * cfg_.grad_accum + micro) * per_micro + rank_ * cfg_.micro_batch_size;
-  }
-  at::Tensor batch(int64_t first) const {
+  at::Tensor samples(int64_t first) const override {
     return data::shape_clips(static_cast<uint64_t>(cfg_.data_seed), first, cfg_.micro_batch_size, cfg_.frames,
                              cfg_.image_size);
   }
 
-  TrainConfig cfg_;
-  int rank_, world_;
   models::VideoVae model_{nullptr};
   double recon_sum_ = 0.0, kl_sum_ = 0.0;
   int64_t micro_batches_ = 0;

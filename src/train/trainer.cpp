@@ -29,12 +29,12 @@ using Clock = std::chrono::steady_clock;
 
 std::string checked_resume_checkpoint(const TrainConfig& cfg) {
   const ckpt::Checkpoint ck(ckpt::resolve_checkpoint(cfg.resume));
-  // Every model.* (and vae.*) key must agree (shapes alone would miss e.g. rope_theta).
+  // Every model.* (vae.*, flux.*) key must agree (shapes alone would miss e.g. rope_theta).
   std::string diffs;
-  for (const char* section : {"model", "vae"}) {
+  for (const char* section : {"model", "vae", "flux"}) {
     const nlohmann::json saved = ck.config().value(section, nlohmann::json::object());
     nlohmann::json now = config_to_json(cfg, 0)[section];
-    now.erase("init_from");
+    for (const char* source : {"init_from", "vae_from", "text_encoder_from"}) now.erase(source);
     for (auto it = now.begin(); it != now.end(); ++it) {
       if (saved.contains(it.key()) && saved[it.key()] != it.value()) {
         diffs += std::string("\n  ") + section + "." + it.key() + ": checkpoint " + saved[it.key()].dump() +
@@ -149,6 +149,7 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
   }
   ShardOptions shard_options;
   shard_options.strategy = parse_strategy(cfg.strategy);
+  shard_options.wrap_policy = task->wrap_policy();
   shard_options.shard_group_size = cfg.hybrid ? static_cast<int>(cfg.shard_group_size) : 0;
   shard_options.activation_checkpointing = cfg.activation_checkpointing;
   shard_options.prefetch = cfg.prefetch;
@@ -168,7 +169,7 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
       shard_options.param_source = combine_param_sources(shard_options.param_source, seeded, nn::is_lora_parameter);
     }
   } else {
-    shard_options.param_source = seeded;
+    shard_options.param_source = task->initial_source(seeded);
   }
   auto sharded = fully_shard(task->module(), comm, shard_options);
   if (sharded->num_replicas() > 1) {

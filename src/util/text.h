@@ -1,4 +1,4 @@
-// Small text helpers shared by the config readers.
+// Small text helpers (name matching, list parsing).
 #pragma once
 
 #include <sstream>
@@ -6,6 +6,12 @@
 #include <vector>
 
 namespace zeroshard::util {
+
+inline bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+inline bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
 
 // "a, b ,c" -> {"a", "b", "c"}: split at `sep`, each item trimmed of spaces and tabs (empty
 // items kept, so callers can reject them).

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from reference_checks import compare, main, report  # noqa: E402
 from safetensors_io import read_file, read_header  # noqa: E402
 
 K3 = (3, 3, 3)
@@ -174,24 +175,6 @@ def chunked(p, cfg, clip, z, chunk):
     return (*split(h, cfg["z_channels"]), recon)
 
 
-def compare(name, ours, theirs, rtol, failures, atol=0.0, unit=False):
-    """Fails unless max |ours - theirs| <= rtol * max |ours| (at least 1 with unit) + atol;
-    returns max |diff| / that scale."""
-    if list(ours.shape) != list(theirs.shape):
-        failures.append(f"{name}: shape {list(theirs.shape)}, expected {list(ours.shape)}")
-        return float("inf")
-    d = (ours.detach() - theirs.double()).abs().max().item()
-    s = max(ours.detach().abs().max().item(), 1.0 if unit else 1e-12)
-    if not d <= rtol * s + atol:
-        failures.append(f"{name}: max |diff| {d:.3g}, max |reference| {s:.3g}, tolerance {rtol:g} relative")
-    return d / s
-
-
-def report(summary, failures):
-    print("vae reference: " + summary)
-    for f in failures:
-        print("MISMATCH " + f)
-    return 1 if failures else 0
 
 
 def check_chunked(p, cfg, clip, noise, failures):
@@ -211,12 +194,12 @@ def check_chunked(p, cfg, clip, noise, failures):
 def check_case(path):
     meta = read_header(path)[0].get("__metadata__", {})
     if "config" not in meta:
-        return report(f"{path} has no __metadata__ key 'config'", ["config"])
+        return report("vae", f"{path} has no __metadata__ key 'config'", ["config"])
     cfg = json.loads(meta["config"])
     keys = ("base_channels", "channel_mult", "z_channels", "num_res_blocks", "temporal_down", "norm_eps", "kl_weight", "chunk_frames")
     failures = [f"config key '{k}' missing" for k in keys if k not in cfg]
     if failures:
-        return report("bad config", failures)
+        return report("vae", "bad config", failures)
     case, shapes = read_file(path), param_shapes(cfg)
     expected = {"clip", "noise", "recon", "mean", "logvar", "loss", "recon_loss", "kl"}
     expected |= {"param." + n for n in shapes} | {"grad." + n for n in shapes}
@@ -231,7 +214,7 @@ def check_case(path):
     elif list(noise.shape) != [clip.shape[0], cfg["z_channels"], clip.shape[2] // tf, clip.shape[3] // sf, clip.shape[4] // sf]:
         failures.append(f"noise: shape {list(noise.shape)} does not fit clip {list(clip.shape)}")
     if failures:  # cannot run the model without every input and parameter in its place
-        return report(f"case does not match the config ({len(failures)} problems)", failures)
+        return report("vae", f"case does not match the config ({len(failures)} problems)", failures)
     p = {n: case["param." + n].double().requires_grad_(True) for n in shapes}
 
     # (1) whole-clip outputs, (2) gradients of its loss
@@ -244,7 +227,7 @@ def check_case(path):
 
     # (3) chunked with feature caches == whole clip
     worst_chunk = check_chunked({n: t.detach() for n, t in p.items()}, cfg, clip, noise, failures)
-    return report(f"loss {loss.item():.7f} (zeroshard {case['loss'].reshape(-1)[0].item():.7f}), recon_loss {recon_loss.item():.7f}, "
+    return report("vae", f"loss {loss.item():.7f} (zeroshard {case['loss'].reshape(-1)[0].item():.7f}), recon_loss {recon_loss.item():.7f}, "
                   f"kl {kl.item():.7f}; outputs worst {worst_out:.3g}; {len(p)} parameters, gradient worst relative "
                   f"{worst_grad:.3g} ({worst_name}); chunked vs whole worst {worst_chunk:.3g}", failures)
 
@@ -259,12 +242,8 @@ def self_test():
     clip, noise = torch.randn(2, 3, 8, 16, 16).double(), torch.randn(2, 4, 4, 4, 4).double()
     failures = []
     worst = max(check_chunked(p, dict(cfg, chunk_frames=c), clip, noise, failures) for c in (4, 2, 8))
-    return report(f"self-test, {len(p)} parameters, chunked (4, 2, 8 frames) vs whole worst relative {worst:.3g}", failures)
+    return report("vae", f"self-test, {len(p)} parameters, chunked (4, 2, 8 frames) vs whole worst relative {worst:.3g}", failures)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print(__doc__)
-        sys.exit(2)
-    torch.set_num_threads(1)
-    sys.exit(self_test() if sys.argv[1] == "--self-test" else check_case(sys.argv[1]))
+    main(__doc__, self_test, check_case)

@@ -1,6 +1,7 @@
 #include "models/llama/llama.h"
 
 #include "nn/init.h"
+#include "util/text.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -141,14 +142,11 @@ void LlamaImpl::reset_parameters(uint64_t seed) {
 void llama_init(const LlamaConfig& c, uint64_t seed, const std::string& name, at::Tensor& param) {
   const double std = 0.02;
   const double out_std = std / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(1, c.n_layers)));
-  auto ends_with = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
   if (nn::is_lora_parameter(name)) {
     nn::lora_init(seed, name, param);
   } else if (param.dim() == 1) {
     nn::init_constant(param, 1.0);  // norm weights
-  } else if (ends_with("wo.weight") || ends_with("w2.weight")) {
+  } else if (util::ends_with(name, "wo.weight") || util::ends_with(name, "w2.weight")) {
     nn::init_normal(param, seed, name, out_std);  // residual-branch outputs, scaled by depth
   } else {
     nn::init_normal(param, seed, name, std);

@@ -210,6 +210,18 @@ torch::Tensor chunked(const torch::Tensor& x, int64_t chunk, Fn&& fn) {
 }  // namespace
 
 std::pair<torch::Tensor, torch::Tensor> VideoVaeImpl::encode(const torch::Tensor& clip, int64_t chunk_frames) {
+  auto out = call_hooked({clip}, [this, chunk_frames](const std::vector<torch::Tensor>& in) {
+    auto [mean, logvar] = encode_body(in[0], chunk_frames);
+    return std::vector<torch::Tensor>{mean, logvar};
+  });
+  return {out[0], out[1]};
+}
+
+torch::Tensor VideoVaeImpl::decode(const torch::Tensor& z, int64_t chunk_frames) {
+  return call_hooked(z, [this, chunk_frames](const torch::Tensor& in) { return decode_body(in, chunk_frames); });
+}
+
+std::pair<torch::Tensor, torch::Tensor> VideoVaeImpl::encode_body(const torch::Tensor& clip, int64_t chunk_frames) {
   const torch::Tensor h =
       chunked(clip, chunk_frames, [this](const torch::Tensor& x, nn::FeatureCache* c) { return encoder(x, c); })
           .to(torch::kFloat);
@@ -217,7 +229,7 @@ std::pair<torch::Tensor, torch::Tensor> VideoVaeImpl::encode(const torch::Tensor
   return {h.narrow(1, 0, Z), h.narrow(1, Z, Z).clamp(-30.0, 20.0)};
 }
 
-torch::Tensor VideoVaeImpl::decode(const torch::Tensor& z, int64_t chunk_frames) {
+torch::Tensor VideoVaeImpl::decode_body(const torch::Tensor& z, int64_t chunk_frames) {
   const int64_t latent_chunk = chunk_frames > 0 ? std::max<int64_t>(1, chunk_frames / config_.time_factor()) : 0;
   return chunked(z, latent_chunk, [this](const torch::Tensor& x, nn::FeatureCache* c) { return decoder(x, c); })
       .to(torch::kFloat);
@@ -228,9 +240,9 @@ VaeOutput VideoVaeImpl::forward(const torch::Tensor& clip, const torch::Tensor& 
   std::vector<torch::Tensor> inputs = {clip};
   if (noise.defined()) inputs.push_back(noise);
   std::vector<torch::Tensor> out = call_hooked(inputs, [&](const std::vector<torch::Tensor>& in) {
-    auto [mean, logvar] = encode(in[0], chunk_frames);
+    auto [mean, logvar] = encode_body(in[0], chunk_frames);
     const torch::Tensor z = in.size() > 1 ? mean + torch::exp(0.5 * logvar) * in[1] : mean;
-    return std::vector<torch::Tensor>{decode(z, chunk_frames), mean, logvar};
+    return std::vector<torch::Tensor>{decode_body(z, chunk_frames), mean, logvar};
   });
   VaeOutput o;
   o.recon = out[0];
@@ -249,9 +261,6 @@ void VideoVaeImpl::reset_parameters(uint64_t seed) {
 
 void vae_init(const VaeConfig& c, uint64_t seed, const std::string& name, at::Tensor& param) {
   (void)c;
-  auto ends_with = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
   if (param.dim() == 1) {
     // Norm gains 1, biases 0.
     nn::init_constant(param, name.find("norm") != std::string::npos ? 1.0 : 0.0);
@@ -259,7 +268,7 @@ void vae_init(const VaeConfig& c, uint64_t seed, const std::string& name, at::Te
   }
   const int64_t fan_in = param.numel() / param.size(0);
   double std = 1.0 / std::sqrt(static_cast<double>(fan_in));
-  if (ends_with("conv2.weight") || name == "decoder.conv_out.weight") std *= 0.1;
+  if (util::ends_with(name, "conv2.weight") || name == "decoder.conv_out.weight") std *= 0.1;
   nn::init_normal(param, seed, name, std);
 }
 

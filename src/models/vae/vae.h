@@ -116,7 +116,8 @@ class VideoVaeImpl : public nn::HookableModule {
   // clip [B, 3, T, H, W] in [-1, 1]. noise (same shape as mean): z = mean + exp(logvar / 2) *
   // noise; undefined: z = mean. chunk_frames: frames per chunk (0: the whole clip at once).
   VaeOutput forward(const torch::Tensor& clip, const torch::Tensor& noise, int64_t chunk_frames);
-  // mean and logvar of the clip, chunk by chunk ([B, 2Z, ...] split in two).
+  // mean and logvar of the clip, chunk by chunk ([B, 2Z, ...] split in two). Like forward, these
+  // run through the module's hooks: the VAE may itself be a sharding unit (a frozen tower).
   std::pair<torch::Tensor, torch::Tensor> encode(const torch::Tensor& clip, int64_t chunk_frames);
   torch::Tensor decode(const torch::Tensor& z, int64_t chunk_frames);
   void reset_parameters(uint64_t seed);  // vae_init for every parameter (not inside DeferredInit)
@@ -126,6 +127,8 @@ class VideoVaeImpl : public nn::HookableModule {
   VaeDecoder decoder{nullptr};
 
  private:
+  std::pair<torch::Tensor, torch::Tensor> encode_body(const torch::Tensor& clip, int64_t chunk_frames);
+  torch::Tensor decode_body(const torch::Tensor& z, int64_t chunk_frames);
   VaeConfig config_;
 };
 TORCH_MODULE(VideoVae);

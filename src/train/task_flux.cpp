@@ -1,0 +1,84 @@
+// The flux series: flow matching on captioned shape images. The frozen text encoder and VAE
+// (from their files, flux.text_encoder_from / flux.vae_from, or seeded) turn captions and
+// images into conditioning and latents; only the DiT (or its LoRA adapters) learns.
+#include "data/shapes.h"
+#include "io/safetensors.h"
+#include "models/flux/flux.h"
+#include "nn/init.h"
+#include "train/task.h"
+#include "util/text.h"
+#include "zeroshard/nn/deferred.h"
+
+
+namespace zeroshard::train {
+namespace {
+
+class FluxTask : public GeneratedSampleTask {
+ public:
+  FluxTask(const TrainConfig& cfg, int rank, int world) : GeneratedSampleTask(cfg, rank, world) {
+    nn::DeferredInit deferred;
+    model_ = models::FluxPipeline(cfg.flux, cfg.vae);
+    // The towers never learn; LoRA (if asked) adapts the DiT only.
+    for (auto& p : model_->text_encoder->parameters()) p.set_requires_grad(false);
+    for (auto& p : model_->vae->parameters()) p.set_requires_grad(false);
+    if (cfg.lora_rank > 0) {
+      adapted_ = nn::apply_lora(*model_->dit, lora_options(cfg));
+      for (auto& name : adapted_) name = "dit." + name;
+    }
+  }
+
+  std::shared_ptr<nn::HookableModule> module() const override { return model_.ptr(); }
+
+  void init_parameter(const std::string& name, at::Tensor& param) const override {
+    models::flux_init(cfg_.flux, cfg_.vae, static_cast<uint64_t>(cfg_.seed), name, param);
+  }
+
+  WrapPolicy wrap_policy() const override {
+    return [](const std::string& name, const torch::nn::Module&) { return models::flux_unit(name); };
+  }
+
+  std::shared_ptr<ParamSource> initial_source(std::shared_ptr<ParamSource> seeded) const override {
+    std::shared_ptr<ParamSource> source = seeded;
+    auto from_file = [&](const std::string& path, const std::string& prefix) {
+      if (path.empty()) return;
+      source = combine_param_sources(source, prefixed_param_source(io::safetensors_param_source(path), prefix),
+                                     [prefix](const std::string& n) { return util::starts_with(n, prefix); });
+    };
+    from_file(cfg_.flux_vae_from, "vae.");
+    from_file(cfg_.flux_text_encoder_from, "text_encoder.");
+    return source;
+  }
+
+  at::Tensor loss(int64_t step, int64_t micro) override {
+    const int64_t first = first_index(step, micro);
+    const auto& v = cfg_.vae;
+    const int64_t latent = cfg_.image_size / v.spatial_factor();
+    std::vector<at::Tensor> tokens, noise, sigma;
+    for (int64_t i = 0; i < cfg_.micro_batch_size; ++i) {
+      const std::string caption = data::shape_scene(static_cast<uint64_t>(cfg_.data_seed), first + i).still_caption;
+      tokens.push_back(models::caption_tokens(caption, cfg_.flux.text.max_len));
+      // Noise and the logit-normal sigma (SD3) per image from (seed, image index).
+      auto gen = nn::generator_for(static_cast<uint64_t>(cfg_.data_seed), "flux.noise." + std::to_string(first + i));
+      noise.push_back(at::randn({v.z_channels, latent, latent}, gen, at::kFloat));
+      sigma.push_back(at::sigmoid(at::randn({1}, gen, at::kFloat)));
+    }
+    return model_->forward(samples(first), at::stack(tokens), at::stack(noise), at::cat(sigma));
+  }
+
+  std::string item_name() const override { return "images"; }
+
+ private:
+  at::Tensor samples(int64_t first) const override {
+    return data::shape_images(static_cast<uint64_t>(cfg_.data_seed), first, cfg_.micro_batch_size, cfg_.image_size);
+  }
+
+  models::FluxPipeline model_{nullptr};
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_flux_task(const TrainConfig& cfg, int rank, int world) {
+  return std::make_unique<FluxTask>(cfg, rank, world);
+}
+
+}  // namespace zeroshard::train
