@@ -134,7 +134,7 @@ int cmd_sample(const zeroshard::sample::SampleOptions& o, int nproc) {
   at::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                          std::max(1, rdv.local_world_size)));
   const std::string series = sample::checkpoint_series(o.checkpoint);
-  if (series == "vae" || series == "flux") {
+  if (series == "vae" || series == "flux" || series == "wan") {
     const std::string summary = series == "vae" ? sample::reconstruct_clips(o, rdv) : sample::generate_images(o, rdv);
     if (rdv.rank == 0) std::printf("%s\n", summary.c_str());
     return 0;
@@ -206,7 +206,7 @@ int main(int argc, char** argv) {
       "sample",
       "From a trained checkpoint under any strategy: text from an LM (llama, moe; rank 0 prints it), or a PNG of "
       "held-out clips and their reconstructions from a video VAE (vae), or a PNG of images generated from "
-      "captions (flux: --prompt, else held-out captions)");
+      "captions (flux images, wan clips: --prompt, else held-out captions)");
   zeroshard::sample::SampleOptions sample_options;
   int sample_nproc = 1;
   bool sample_no_cache = false;

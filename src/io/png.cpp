@@ -69,4 +69,18 @@ void write_png(const std::string& path, const at::Tensor& rgb) {
   write_file_atomic(path, png);
 }
 
+void write_png_rows(const std::string& path, const std::vector<at::Tensor>& rows) {
+  if (rows.empty()) throw std::invalid_argument(path + ": write_png_rows needs at least one row");
+  const int64_t S = rows[0].size(2), gap = 2;
+  int64_t n = 0;
+  for (const auto& r : rows) n = std::max(n, r.size(1));
+  at::Tensor sheet = at::zeros({3, static_cast<int64_t>(rows.size()) * (S + gap), n * (S + gap)}, at::kFloat);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (int64_t t = 0; t < rows[i].size(1); ++t) {
+      sheet.narrow(1, static_cast<int64_t>(i) * (S + gap), S).narrow(2, t * (S + gap), S).copy_(rows[i].select(1, t));
+    }
+  }
+  write_png(path, sheet);
+}
+
 }  // namespace zeroshard::io

@@ -141,19 +141,33 @@ torch::Tensor full_attention(const torch::Tensor& q, const torch::Tensor& k, con
   return torch::matmul(probs, v);
 }
 
-torch::Tensor apply_rope_2d(const torch::Tensor& x, const torch::Tensor& rows, const torch::Tensor& cols, double theta) {
-  const int64_t D = x.size(3), half = D / 2;
-  TORCH_CHECK(half % 2 == 0, "2-D RoPE needs head_dim divisible by 4, got ", D);
-  auto rotate = [&](const torch::Tensor& u, const torch::Tensor& pos) {
-    auto j = torch::arange(0, half / 2, torch::kFloat);
-    auto inv_freq = 1.0 / torch::pow(torch::tensor(theta, torch::kFloat), 2.0 * j / static_cast<double>(half));
-    auto angles = torch::outer(pos.to(torch::kFloat), inv_freq);  // [N, half / 2]
+torch::Tensor apply_rope_axes(const torch::Tensor& x, const std::vector<torch::Tensor>& positions, double theta) {
+  const int64_t D = x.size(3), axes = static_cast<int64_t>(positions.size()), part = D / axes;
+  TORCH_CHECK(part * axes == D && part % 2 == 0, "rotary positions over ", axes, " axes need head_dim divisible by ",
+              2 * axes, ", got ", D);
+  std::vector<torch::Tensor> parts;
+  for (int64_t a = 0; a < axes; ++a) {
+    const torch::Tensor u = x.narrow(-1, a * part, part);
+    auto j = torch::arange(0, part / 2, torch::kFloat);
+    auto inv_freq = 1.0 / torch::pow(torch::tensor(theta, torch::kFloat), 2.0 * j / static_cast<double>(part));
+    auto angles = torch::outer(positions[static_cast<size_t>(a)].to(torch::kFloat), inv_freq);  // [N, part / 2]
     auto cos = torch::cat({angles.cos(), angles.cos()}, -1).to(u.scalar_type());
     auto sin = torch::cat({angles.sin(), angles.sin()}, -1).to(u.scalar_type());
-    auto u1 = u.narrow(-1, 0, half / 2), u2 = u.narrow(-1, half / 2, half / 2);
-    return u * cos + torch::cat({-u2, u1}, -1) * sin;
-  };
-  return torch::cat({rotate(x.narrow(-1, 0, half), rows), rotate(x.narrow(-1, half, half), cols)}, -1);
+    auto u1 = u.narrow(-1, 0, part / 2), u2 = u.narrow(-1, part / 2, part / 2);
+    parts.push_back(u * cos + torch::cat({-u2, u1}, -1) * sin);
+  }
+  return torch::cat(parts, -1);
+}
+
+torch::Tensor layer_norm_no_affine(const torch::Tensor& x, double eps) {
+  return torch::layer_norm(x.to(torch::kFloat), {x.size(-1)}, {}, {}, eps).to(x.scalar_type());
+}
+
+torch::Tensor timestep_embedding(const torch::Tensor& sigma) {
+  const int64_t half = 128;
+  const torch::Tensor freqs = torch::exp(-std::log(10000.0) * torch::arange(half, torch::kDouble) / half);
+  const torch::Tensor args = (sigma.to(torch::kDouble) * 1000.0).unsqueeze(1) * freqs.unsqueeze(0);
+  return torch::cat({args.cos(), args.sin()}, -1).to(torch::kFloat);
 }
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {

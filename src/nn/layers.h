@@ -88,9 +88,17 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
 // q, k, v: [B, H, T, D] (same H).
 torch::Tensor full_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
-// 2-D rotary positions (image patches, FLUX style): per head, the first half of the features
-// rotates by the token's row, the second half by its column, each half in the rotate-half
-// convention. x: [B, H, N, D]; rows, cols: float [N] (text tokens at (0, 0): unrotated).
-torch::Tensor apply_rope_2d(const torch::Tensor& x, const torch::Tensor& rows, const torch::Tensor& cols, double theta);
+// Rotary positions over several axes (2-D for image patches as FLUX, 3-D for video as Wan): per
+// head, the features split into equal parts, part a rotating by the token's position on axis
+// a, each in the rotate-half convention. x: [B, H, N, D]; positions: one float [N] per axis
+// (a token at 0 on every axis, e.g. text, is unrotated). D / axes must be even.
+torch::Tensor apply_rope_axes(const torch::Tensor& x, const std::vector<torch::Tensor>& positions, double theta);
+
+// Layer norm over the last dimension without affine parameters (the DiTs' adaLN input), in fp32.
+torch::Tensor layer_norm_no_affine(const torch::Tensor& x, double eps = 1e-6);
+
+// The DiTs' timestep embedding: sigma [B] in [0, 1] -> [B, 256], cos and sin of
+// sigma * 1000 * 10000^(-i/128), computed in double (the angles reach ~1000 radians).
+torch::Tensor timestep_embedding(const torch::Tensor& sigma);
 
 }  // namespace zeroshard::nn

@@ -50,19 +50,13 @@ std::string reconstruct_clips(const SampleOptions& o, const RendezvousInfo& rdv)
 
   const std::string path = output_path(ck, o.out, "reconstruction.png");
   if (comm->rank() == 0) {
-    // Rows: clip 0 original, clip 0 reconstruction, clip 1 original, ...; frames left to right,
-    // 2 pixels of grey between them.
-    const int64_t T = cfg.frames, S = cfg.image_size, gap = 2;
-    at::Tensor sheet = at::zeros({3, o.clips * 2 * (S + gap), T * (S + gap)}, at::kFloat);
+    // Per clip: its frames, then their reconstruction.
+    std::vector<at::Tensor> rows;
     for (int64_t c = 0; c < o.clips; ++c) {
-      for (int64_t row = 0; row < 2; ++row) {
-        const at::Tensor src = row == 0 ? clips[c] : out.recon[c];
-        for (int64_t t = 0; t < T; ++t) {
-          sheet.narrow(1, (2 * c + row) * (S + gap), S).narrow(2, t * (S + gap), S).copy_(src.select(1, t));
-        }
-      }
+      rows.push_back(clips[c]);
+      rows.push_back(out.recon[c]);
     }
-    io::write_png(path, sheet);
+    io::write_png_rows(path, rows);
   }
   comm->barrier();
   char line[512];

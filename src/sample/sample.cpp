@@ -31,7 +31,7 @@ train::TrainConfig model_config_of(const ckpt::Checkpoint& ck) {
   // model.*, a LoRA run's adapters (lora.*), the VAE (vae.*) and the flux pipeline (flux.*)
   // make the model; init_from / *_from name where the run's first weights came from, not the
   // model (the checkpoint holds them now).
-  for (const char* section : {"model", "lora", "vae", "flux"}) {
+  for (const char* section : {"model", "lora", "vae", "flux", "wan"}) {
     if (!cfg.contains(section) || !cfg[section].is_object()) continue;  // older checkpoints
     for (auto it = cfg[section].begin(); it != cfg[section].end(); ++it) {
       if (!util::ends_with(it.key(), "_from")) add(section, it.key(), it.value());

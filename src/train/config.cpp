@@ -98,7 +98,7 @@ std::vector<Key> registry(TrainConfig& c) {
                     [=] { return *p; }, allowed});
   };
   const int64_t big = std::numeric_limits<int32_t>::max();
-  add_string("model.series", &c.model_series, {"llama", "moe", "vae", "flux"});
+  add_string("model.series", &c.model_series, {"llama", "moe", "vae", "flux", "wan"});
   add_int("model.vocab_size", &c.llama.vocab_size, 1, big);
   add_int("model.dim", &c.llama.dim, 1, big);
   add_int("model.n_layers", &c.llama.n_layers, 0, 10000);
@@ -136,13 +136,26 @@ std::vector<Key> registry(TrainConfig& c) {
   add_int("flux.patch_size", &c.flux.patch_size, 1, 64);
   add_float("flux.rope_theta", &c.flux.rope_theta, 1.0, 1e9);
   add_float("flux.latent_scale", &c.flux.latent_scale, 1e-6, 1e6);
-  add_int("flux.text_dim", &c.flux.text.dim, 2, 1 << 16);
-  add_int("flux.text_layers", &c.flux.text.n_layers, 0, 1024);
-  add_int("flux.text_heads", &c.flux.text.n_heads, 1, 1024);
-  add_int("flux.text_ffn_hidden", &c.flux.text.ffn_hidden, 1, 1 << 20);
-  add_int("flux.text_len", &c.flux.text.max_len, 1, 4096);
-  add_string("flux.vae_from", &c.flux_vae_from, {});
-  add_string("flux.text_encoder_from", &c.flux_text_encoder_from, {});
+  // The diffusion pipelines' frozen towers: the text encoder's shape and both towers' files.
+  auto add_towers = [&](const std::string& series, models::TextEncoderConfig& t, std::string* vae_from,
+                        std::string* text_from) {
+    add_int(series + ".text_dim", &t.dim, 2, 1 << 16);
+    add_int(series + ".text_layers", &t.n_layers, 0, 1024);
+    add_int(series + ".text_heads", &t.n_heads, 1, 1024);
+    add_int(series + ".text_ffn_hidden", &t.ffn_hidden, 1, 1 << 20);
+    add_int(series + ".text_len", &t.max_len, 1, 4096);
+    add_string(series + ".vae_from", vae_from, {});
+    add_string(series + ".text_encoder_from", text_from, {});
+  };
+  add_towers("flux", c.flux.text, &c.flux_vae_from, &c.flux_text_encoder_from);
+  add_int("wan.dim", &c.wan.dim, 6, 1 << 16);
+  add_int("wan.n_heads", &c.wan.n_heads, 1, 1024);
+  add_int("wan.layers", &c.wan.layers, 0, 1024);
+  add_int("wan.ffn_hidden", &c.wan.ffn_hidden, 1, 1 << 20);
+  add_int("wan.patch_size", &c.wan.patch_size, 1, 64);
+  add_float("wan.rope_theta", &c.wan.rope_theta, 1.0, 1e9);
+  add_float("wan.latent_scale", &c.wan.latent_scale, 1e-6, 1e6);
+  add_towers("wan", c.wan.text, &c.wan_vae_from, &c.wan_text_encoder_from);
   add_int("lora.rank", &c.lora_rank, 0, 1 << 16);
   add_float("lora.alpha", &c.lora_alpha, 0.0, 1e6);
   add_string("lora.targets", &c.lora_targets, {});
@@ -351,10 +364,11 @@ void check_series_keys(const TrainConfig& c) {
   };
   // Which series each other key applies to (the flux pipeline's VAE tower takes vae.*).
   auto owners = [](const std::string& k) -> std::vector<std::string> {
-    if (k.rfind("vae.", 0) == 0) return {"vae", "flux"};
-    if (k == "data.frames") return {"vae"};
+    if (k.rfind("vae.", 0) == 0) return {"vae", "flux", "wan"};
+    if (k == "data.frames") return {"vae", "wan"};
     if (k.rfind("flux.", 0) == 0) return {"flux"};
-    if (k.rfind("lora.", 0) == 0) return {"llama", "moe", "flux"};
+    if (k.rfind("wan.", 0) == 0) return {"wan"};
+    if (k.rfind("lora.", 0) == 0) return {"llama", "moe", "flux", "wan"};
     return {};
   };
   const auto now = config_items(c);
@@ -414,17 +428,24 @@ void validate(TrainConfig& c) {
     }
     c.vae.validate(1, c.image_size);
     c.flux.validate(c.image_size / c.vae.spatial_factor());
-    if (!c.init_from.empty() && (!c.flux_vae_from.empty() || !c.flux_text_encoder_from.empty())) {
-      throw std::invalid_argument("model.init_from holds the whole pipeline, towers included; drop flux.vae_from / "
-                                  "flux.text_encoder_from or model.init_from");
-    }
-    for (const std::string* path : {&c.flux_vae_from, &c.flux_text_encoder_from}) {
-      if (!path->empty() && !fs::exists(*path)) {
-        throw std::invalid_argument(std::string(path == &c.flux_vae_from ? "flux.vae_from" : "flux.text_encoder_from") +
-                                    ": file '" + *path + "' does not exist");
-      }
-    }
   }
+  if (c.model_series == "wan") {
+    c.vae.validate(c.frames, c.image_size);
+    c.wan.validate(c.image_size / c.vae.spatial_factor());
+  }
+  // The pipelines' tower files.
+  for (const auto& [key, path] : {std::pair<std::string, const std::string*>{"flux.vae_from", &c.flux_vae_from},
+                                  {"flux.text_encoder_from", &c.flux_text_encoder_from},
+                                  {"wan.vae_from", &c.wan_vae_from},
+                                  {"wan.text_encoder_from", &c.wan_text_encoder_from}}) {
+    if (path->empty()) continue;
+    if (!c.init_from.empty()) {
+      throw std::invalid_argument("model.init_from holds the whole pipeline, towers included; drop " + key +
+                                  " or model.init_from");
+    }
+    if (!fs::exists(*path)) throw std::invalid_argument(key + ": file '" + *path + "' does not exist");
+  }
+
   if (c.seq_len > c.llama.max_seq_len) {
     throw std::invalid_argument("train.seq_len (" + std::to_string(c.seq_len) + ") exceeds model.max_seq_len (" +
                                 std::to_string(c.llama.max_seq_len) + ")");

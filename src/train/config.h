@@ -5,6 +5,7 @@
 #include "models/flux/flux.h"
 #include "models/llama/llama.h"
 #include "models/vae/vae.h"
+#include "models/wan/wan.h"
 
 #include <nlohmann/json.hpp>
 
@@ -22,12 +23,16 @@ struct TrainConfig {
     llama.max_seq_len = 128;
   }
   // llama | moe (model.*, train.seq_len, text) | vae (vae.*, clips) | flux (flux.*, the VAE tower vae.*, images)
+  // | wan (wan.*, the VAE tower vae.*, clips)
   std::string model_series = "llama";
   models::LlamaConfig llama;
   models::VaeConfig vae;
   models::FluxConfig flux;
   std::string flux_vae_from;           // flux.vae_from: the frozen VAE's safetensors (a vae run's export)
   std::string flux_text_encoder_from;  // flux.text_encoder_from: the frozen text encoder's (else seeded)
+  models::WanConfig wan;
+  std::string wan_vae_from;           // wan.vae_from: the frozen video VAE's safetensors (a vae run's export)
+  std::string wan_text_encoder_from;  // wan.text_encoder_from
 
   int64_t steps = 200;
   int64_t micro_batch_size = 8;

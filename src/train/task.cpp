@@ -1,5 +1,8 @@
 #include "train/task.h"
 
+#include "io/safetensors.h"
+#include "util/text.h"
+
 #include <fstream>
 
 namespace zeroshard::train {
@@ -7,7 +10,21 @@ namespace zeroshard::train {
 std::unique_ptr<Task> make_task(const TrainConfig& cfg, int rank, int world) {
   if (cfg.model_series == "vae") return make_video_vae_task(cfg, rank, world);
   if (cfg.model_series == "flux") return make_flux_task(cfg, rank, world);
+  if (cfg.model_series == "wan") return make_wan_task(cfg, rank, world);
   return make_language_model_task(cfg, rank, world);
+}
+
+std::shared_ptr<ParamSource> with_tower_files(std::shared_ptr<ParamSource> seeded, const std::string& vae_from,
+                                              const std::string& text_encoder_from) {
+  std::shared_ptr<ParamSource> source = std::move(seeded);
+  auto from_file = [&](const std::string& path, const std::string& prefix) {
+    if (path.empty()) return;
+    source = combine_param_sources(source, prefixed_param_source(io::safetensors_param_source(path), prefix),
+                                   [prefix](const std::string& n) { return util::starts_with(n, prefix); });
+  };
+  from_file(vae_from, "vae.");
+  from_file(text_encoder_from, "text_encoder.");
+  return source;
 }
 
 double GeneratedSampleTask::items_per_step() const {

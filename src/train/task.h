@@ -66,6 +66,11 @@ class GeneratedSampleTask : public Task {
   int rank_, world_;
 };
 
+// For the diffusion pipelines: `seeded`, with the parameters under "vae." and "text_encoder."
+// read from those towers' own safetensors files when given (empty path: seeded).
+std::shared_ptr<ParamSource> with_tower_files(std::shared_ptr<ParamSource> seeded, const std::string& vae_from,
+                                              const std::string& text_encoder_from);
+
 // The task of cfg.model_series for this rank (of `world` ranks).
 std::unique_ptr<Task> make_task(const TrainConfig& cfg, int rank, int world);
 
@@ -73,5 +78,6 @@ std::unique_ptr<Task> make_task(const TrainConfig& cfg, int rank, int world);
 std::unique_ptr<Task> make_language_model_task(const TrainConfig& cfg, int rank, int world);
 std::unique_ptr<Task> make_video_vae_task(const TrainConfig& cfg, int rank, int world);
 std::unique_ptr<Task> make_flux_task(const TrainConfig& cfg, int rank, int world);
+std::unique_ptr<Task> make_wan_task(const TrainConfig& cfg, int rank, int world);
 
 }  // namespace zeroshard::train

@@ -2,13 +2,10 @@
 // (from their files, flux.text_encoder_from / flux.vae_from, or seeded) turn captions and
 // images into conditioning and latents; only the DiT (or its LoRA adapters) learns.
 #include "data/shapes.h"
-#include "io/safetensors.h"
 #include "models/flux/flux.h"
 #include "nn/init.h"
 #include "train/task.h"
-#include "util/text.h"
 #include "zeroshard/nn/deferred.h"
-
 
 namespace zeroshard::train {
 namespace {
@@ -38,15 +35,7 @@ class FluxTask : public GeneratedSampleTask {
   }
 
   std::shared_ptr<ParamSource> initial_source(std::shared_ptr<ParamSource> seeded) const override {
-    std::shared_ptr<ParamSource> source = seeded;
-    auto from_file = [&](const std::string& path, const std::string& prefix) {
-      if (path.empty()) return;
-      source = combine_param_sources(source, prefixed_param_source(io::safetensors_param_source(path), prefix),
-                                     [prefix](const std::string& n) { return util::starts_with(n, prefix); });
-    };
-    from_file(cfg_.flux_vae_from, "vae.");
-    from_file(cfg_.flux_text_encoder_from, "text_encoder.");
-    return source;
+    return with_tower_files(std::move(seeded), cfg_.flux_vae_from, cfg_.flux_text_encoder_from);
   }
 
   at::Tensor loss(int64_t step, int64_t micro) override {

@@ -31,7 +31,7 @@ std::string checked_resume_checkpoint(const TrainConfig& cfg) {
   const ckpt::Checkpoint ck(ckpt::resolve_checkpoint(cfg.resume));
   // Every model.* (vae.*, flux.*) key must agree (shapes alone would miss e.g. rope_theta).
   std::string diffs;
-  for (const char* section : {"model", "vae", "flux"}) {
+  for (const char* section : {"model", "vae", "flux", "wan"}) {
     const nlohmann::json saved = ck.config().value(section, nlohmann::json::object());
     nlohmann::json now = config_to_json(cfg, 0)[section];
     for (const char* source : {"init_from", "vae_from", "text_encoder_from"}) now.erase(source);

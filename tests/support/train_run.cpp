@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <stdexcept>
 
@@ -58,6 +59,23 @@ double max_rel_loss_diff(const TrainRun& a, const TrainRun& b, int64_t after_ste
     worst = std::max(worst, std::abs(m["loss"].get<double>() - it->second) / std::abs(it->second));
   }
   return worst;
+}
+
+PngDiff compare_pngs(const std::string& path_a, const std::string& path_b) {
+  auto bytes = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string a = bytes(path_a), b = bytes(path_b);
+  PngDiff d;
+  if (a.size() != b.size() || a.size() < 100) return d;
+  d.differ = d.far = 0;
+  for (size_t i = 0; i + 20 < a.size(); ++i) {  // the last 20 bytes: Adler-32, CRC, IEND
+    const int x = std::abs(static_cast<int>(static_cast<unsigned char>(a[i])) - static_cast<int>(static_cast<unsigned char>(b[i])));
+    d.differ += x > 0 ? 1 : 0;
+    d.far += x > 1 ? 1 : 0;
+  }
+  return d;
 }
 
 std::vector<std::string> loss_texts(const TrainRun& r) {

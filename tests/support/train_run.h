@@ -30,6 +30,13 @@ void read_metrics(TrainRun& r);
 // "loss grad_norm" per step, as printed in metrics.jsonl (exact floats).
 std::vector<std::string> loss_texts(const TrainRun& r);
 
+// Two PNG files from `zeroshard sample` (stored, uncompressed pixels): how many bytes before
+// the trailing checksums differ at all, and by more than one step. -1, -1 if sizes differ.
+struct PngDiff {
+  long differ = -1, far = -1;
+};
+PngDiff compare_pngs(const std::string& path_a, const std::string& path_b);
+
 // Largest |loss_b - loss_a| / |loss_a| over b's steps after after_step (each must be in a).
 double max_rel_loss_diff(const TrainRun& a, const TrainRun& b, int64_t after_step = 0);
 

@@ -28,12 +28,8 @@ void FluxConfig::validate(int64_t latent_size) const {
 
 namespace {
 
-torch::Tensor layer_norm(const torch::Tensor& x) {  // no affine parameters, eps 1e-6
-  return torch::layer_norm(x.to(torch::kFloat), {x.size(-1)}, {}, {}, 1e-6).to(x.scalar_type());
-}
-
 torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
-  return (1 + scale) * layer_norm(x) + shift;
+  return (1 + scale) * nn::layer_norm_no_affine(x) + shift;
 }
 
 // [B, N, 3D] -> q, k, v as [B, H, N, hd], q and k RMS-normed per head.
@@ -46,17 +42,9 @@ std::array<torch::Tensor, 3> split_heads(const torch::Tensor& qkv, int64_t heads
 
 torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const TokenPositions& pos,
                      double theta) {
-  const torch::Tensor a = nn::full_attention(nn::apply_rope_2d(q, pos.rows, pos.cols, theta),
-                                             nn::apply_rope_2d(k, pos.rows, pos.cols, theta), v);
+  const torch::Tensor a = nn::full_attention(nn::apply_rope_axes(q, {pos.rows, pos.cols}, theta),
+                                             nn::apply_rope_axes(k, {pos.rows, pos.cols}, theta), v);
   return a.transpose(1, 2).reshape({q.size(0), q.size(2), q.size(1) * q.size(3)});
-}
-
-torch::Tensor timestep_embedding(const torch::Tensor& sigma) {  // [B] -> [B, 256]
-  // In double: the angles reach ~1000 radians, where fp32 loses ~5e-5 of each cos/sin.
-  const int64_t half = 128;
-  const torch::Tensor freqs = torch::exp(-std::log(10000.0) * torch::arange(half, torch::kDouble) / half);
-  const torch::Tensor args = (sigma.to(torch::kDouble) * 1000.0).unsqueeze(1) * freqs.unsqueeze(0);
-  return torch::cat({args.cos(), args.sin()}, -1).to(torch::kFloat);
 }
 
 }  // namespace
@@ -174,7 +162,7 @@ torch::Tensor FluxDiTImpl::forward(const torch::Tensor& x, const torch::Tensor& 
       x.reshape({B, C, gh, p, gw, p}).permute({0, 2, 4, 1, 3, 5}).reshape({B, gh * gw, C * p * p}).to(dt);
   torch::Tensor img = img_in(patches);
   torch::Tensor t = txt_in(txt.to(dt));
-  const torch::Tensor vec = time_in(timestep_embedding(sigma).to(dt)) + vector_in(pooled.to(dt));
+  const torch::Tensor vec = time_in(nn::timestep_embedding(sigma).to(dt)) + vector_in(pooled.to(dt));
   const int64_t L = t.size(1);
   TokenPositions pos;  // text (0, 0) first, then the patch grid row-major
   pos.rows = torch::cat({torch::zeros({L}), torch::arange(gh, torch::kFloat).repeat_interleave(gw)});
