@@ -278,6 +278,13 @@ def build_model(m):
 
 
 # ----------------------------------------------------------------------------- rank
+def warmup_steps(args, steps):
+    """Steps left out of the median: --warmup, or 2 when there are more than 4 steps."""
+    if args.warmup >= 0:
+        return min(args.warmup, steps - 1)
+    return 2 if steps > 4 else 0
+
+
 def lr_at(s, t, steps):
     lr_max, lr_min, warm = t["lr"], t["min_lr"], t["warmup_steps"]
     if s <= warm:
@@ -347,13 +354,15 @@ def run_rank(args):
         lr = lr_at(s, t, steps)
         for g in opt.param_groups:
             g["lr"] = lr
+        t_opt = time.perf_counter()
         opt.step()
+        opt_s = time.perf_counter() - t_opt
         dist.barrier()
         dt = time.perf_counter() - t0
         lt = torch.tensor([loss_sum / ga], dtype=torch.float64)
         dist.all_reduce(lt)
         rec = {"peer": peer, "precision": prec, "step": s, "loss": float(lt.item()) / world,
-               "lr": lr, "grad_norm": gnorm, "step_time_s": dt}
+               "lr": lr, "grad_norm": gnorm, "step_time_s": dt, "optimizer_s": opt_s}
         records.append(rec)
         if rank == 0 and not args.quiet:
             print(f"[{peer}/{prec}] step {s:4d} loss {rec['loss']:.6f} lr {lr:.3e} "
@@ -364,12 +373,13 @@ def run_rank(args):
     dist.all_gather(all_rss, rss)
     if rank == 0:
         times = [r["step_time_s"] for r in records]
-        timed = times[2:] if steps > 4 else times
+        timed = times[warmup_steps(args, steps):]
         med = statistics.median(timed)
         tokens = world * ga * mbs * T
         summary = {"peer": peer, "precision": prec, "summary": True, "mode": args.mode,
                    "world_size": world, "steps": steps, "tokens_per_step": tokens,
                    "median_step_time_s": med, "tokens_per_s": tokens / med if med > 0 else None,
+                   "median_optimizer_s": statistics.median(r["optimizer_s"] for r in records[warmup_steps(args, steps):]),
                    "rss_peak_bytes_per_rank": [int(x.item()) for x in all_rss],
                    "loss_at": {str(k): records[k - 1]["loss"] for k in sorted({1, 10, 30, steps})
                                if k <= steps}}
@@ -385,8 +395,10 @@ def run_rank(args):
 
 
 # ----------------------------------------------------------------------------- launcher
-def launch(args):
-    validate(args)  # fail fast with a clear message before spawning anything
+def launch(args, check=None, script=None):
+    """Spawns args.nproc ranks of `script` (this file by default) after check(args)."""
+    (check or validate)(args)  # fail fast with a clear message before spawning anything
+    script = os.path.abspath(script or __file__)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -394,7 +406,10 @@ def launch(args):
     for r in range(args.nproc):
         env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(args.nproc),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env=env))
+        # As torchrun does: one compute thread share per rank, for OpenMP and OpenBLAS alike
+        # (torch.set_num_threads leaves OpenBLAS's pool at one thread per core).
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.nproc)))
+        procs.append(subprocess.Popen([sys.executable, script] + sys.argv[1:], env=env))
     deadline, failed = time.monotonic() + args.timeout, None
     try:
         while failed is None and None in [p.poll() for p in procs]:  # poll all: no short-circuit
@@ -439,6 +454,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=3600,
                     help="launcher: kill all ranks after this many seconds (default 3600)")
     ap.add_argument("--quiet", action="store_true", help="no per-step progress on stdout")
+    ap.add_argument("--warmup", type=int, default=-1,
+                    help="first steps left out of the median (default: 2 when steps > 4, else 0)")
     args = ap.parse_args()
     if args.nproc < 1 or args.steps < 0:
         ap.error("--nproc must be >= 1 and --steps >= 0")

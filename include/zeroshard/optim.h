@@ -26,20 +26,23 @@ struct AdamWStep {
   float bias2_sqrt;   // sqrt(1 - beta2^t)
   float step_size;    // lr / (1 - beta1^t)
   float eps;
+  float grad_scale = 1.0f;  // the gradient used is grad * grad_scale (mean + clipping, see finish_gradients)
   static AdamWStep make(const AdamWOptions& o, double lr, int64_t t);
 };
 
-// One fused elementwise pass: param, exp_avg, exp_avg_sq updated in place. The result of
-// each element does not depend on n or on where the array starts (compiled without FMA
-// contraction), so any shard boundary gives the same bits. Multithreaded over chunks.
+// One fused elementwise pass: the gradient scaled, param, exp_avg, exp_avg_sq updated in
+// place. The result of each element does not depend on n or on where the array starts
+// (compiled without FMA contraction), so any shard boundary gives the same bits.
+// Multithreaded over chunks (intra-op threads).
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const AdamWStep& s);
 
 class ShardedAdamW {
  public:
   ShardedAdamW(std::shared_ptr<ShardedModel> model, AdamWOptions options);
-  // Updates the local master shards with learning rate lr, then lets the model publish
-  // parameters and clear gradients. Call after ShardedModel::finish_gradients().
+  // Updates the local master shards with learning rate lr, handing each buffer to the model
+  // as soon as it is updated (its all-gather then overlaps the next buffers' updates), then
+  // lets the model finish publishing and clear gradients. Call after finish_gradients().
   void step(double lr);
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }  // when resuming: bias correction continues

@@ -14,6 +14,7 @@
 
 #include <torch/nn/module.h>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -95,15 +96,34 @@ struct ShardOptions {
   // reduce-scattered inside the group, then all-reduced across the groups, so the large
   // collectives stay inside a host. The world size must be a multiple of it.
   int shard_group_size = 0;
-  // optim_grads_params: while a unit runs forward, start the all-gather of the unit that ran
-  // after it in the previous forward (re-recorded every forward); in backward, the one that
-  // ran before it. At most two units (plus the root) are gathered at once instead of one.
-  bool prefetch = false;
+  // optim_grads_params: while a unit runs forward, start the all-gathers of the units that
+  // ran after it in the previous forward (re-recorded every forward); in backward, of the ones
+  // that ran before it; after the optimizer step, of the next forward's first units. At most
+  // max_live_units units (besides the root, the running one included) are gathered at once,
+  // so prefetch looks max_live_units - 1 units ahead. On by default: without it the compute
+  // thread waits for every gather (measured: ~15 % of the benchmark LM's step, docs/benchmarks.md).
+  bool prefetch = true;
+  int max_live_units = 2;
+  // optim_grads_params: a flat buffer of at most this many elements is not sharded. It stays
+  // gathered (replicated, as under optim_grads) and one all-gather after each optimizer step
+  // refreshes it, instead of two all-gathers per micro-batch: small units are bound by the
+  // latency of a collective, not by its bytes. Its gradient and optimizer state stay sharded.
+  // 0: every buffer is sharded.
+  int64_t persistence_threshold = 0;
+  // Gradient reduction: consecutive units whose gradients are smaller than this many bytes
+  // share one reduce-scatter (laid out rank by rank, so each rank still receives its shard of
+  // each unit, with the very same sums: bitwise equal to one collective per unit). A unit at
+  // least this large is reduced alone. 0: one reduce-scatter per unit.
+  int64_t reduce_bucket_bytes = 0;
   // Mixed precision: the dtype parameters are gathered and computed in (kFloat or kBFloat16).
-  // Master weights, gradient reduction and optimizer state stay fp32 in the shards; under
-  // bf16 the all-gathers move half the bytes. Every strategy rounds the same masters the
-  // same way, so they stay bitwise identical.
+  // Master weights and optimizer state stay fp32 in the shards; under bf16 the all-gathers
+  // move half the bytes. Every strategy rounds the same masters the same way, so they stay
+  // bitwise identical.
   at::ScalarType param_dtype = at::kFloat;
+  // The dtype gradients are reduce-scattered in: kFloat, or kBFloat16 (half the bytes; each
+  // hop of the ring adds in fp32 and rounds to bf16). They accumulate over micro-batches in
+  // fp32 in the shard either way.
+  at::ScalarType reduce_dtype = at::kFloat;
   // Activation checkpointing of every unit but the root: its activations are dropped after
   // forward and recomputed in backward, inside the gather done for backward (no second
   // all-gather under optim_grads_params). Exact: same bits as without. recompute_check
@@ -151,16 +171,27 @@ class ShardedModel {
 
   // Runs loss.backward() and completes this micro-batch's gradient reduction: every unit's
   // gradient is reduce-scattered (summed over ranks) and accumulated into its shard.
-  void backward(const at::Tensor& loss);
+  // last_micro_batch: no_shard / optim then start all-gathering each accumulated shard into
+  // the full gradient as soon as it is reduced, hidden behind the rest of the backward (any
+  // value is correct; false on earlier micro-batches saves those all-gathers).
+  void backward(const at::Tensor& loss, bool last_micro_batch = true);
 
-  // After the last micro-batch of a step: divides the accumulated gradients by
-  // world_size * micro_batches, computes the global L2 norm over the shards (the same value
-  // a single process gets) and, if max_norm > 0 and the norm exceeds it, scales the
-  // gradients down. Returns the norm before clipping.
+  // After the last micro-batch of a step: computes the global L2 norm of the mean gradient
+  // (the accumulated sum over world_size * micro_batches) over the shards — the value a
+  // single process gets — and the factor that turns the accumulated sums into the mean
+  // gradient, clipped to max_norm when max_norm > 0 and the norm exceeds it. The optimizer
+  // applies that factor (TrainableView::grad_scale) in its own pass over the gradients.
+  // Returns the norm before clipping.
   double finish_gradients(double max_norm);
 
-  // Called by the optimizer after updating the master shards: makes the compute
-  // parameters current (all-gather for optim / optim_grads) and clears gradients.
+  // Called by the optimizer once it has updated the masters of optimizer_views()[i]: starts
+  // making that buffer's compute parameters current (an all-gather of the updated shards for
+  // replicated parameters, a cast of the full master under no_shard), overlapped with the
+  // optimizer's work on the next buffers.
+  void after_buffer_update(size_t i);
+  // Called by the optimizer after its step: publishes the buffers it did not hand over,
+  // clears gradients and, with prefetch, starts gathering the next forward's first units.
+  // The publishing all-gathers are waited by each unit's next pre-forward.
   void after_optimizer_step();
   // Instead of an optimizer step (e.g. a step skipped for a non-finite loss): drops the
   // accumulated gradients; parameters stay as they are.
@@ -180,6 +211,9 @@ class ShardedModel {
   std::vector<std::string> unit_names() const;
 
   MemoryStats memory() const;
+  // What this rank sent and received, and how many collectives it ran, over the job's
+  // communicator and (hybrid) the shard and replica groups.
+  CommStats comm_stats() const;
   void reset_gathered_peak();
   // Seconds the calling (compute) thread spent blocked on collectives since the last reset:
   // the communication that overlap did not hide.
@@ -191,7 +225,8 @@ class ShardedModel {
   // fp32 master values and reduced gradients (shards; full buffers under no_shard).
   struct TrainableView {
     at::Tensor master;  // updated in place by the optimizer
-    at::Tensor grad;
+    at::Tensor grad;    // accumulated sums: the gradient to apply is grad * grad_scale
+    float grad_scale = 1.0f;
   };
   std::vector<TrainableView> optimizer_views();
 
@@ -217,12 +252,19 @@ class ShardedModel {
   void gather(Unit& unit);
   void start_gather(Unit& unit);   // allocates and issues the all-gathers, does not wait
   void finish_gather(Unit& unit);  // waits for a gather in flight
-  void prefetch(const Unit& unit, int step);  // starts gathering the unit `step` after it in forward order
+  // Prefetch: starts gathering forward_order_[from], [from + step], ... while fewer than
+  // max_live_units units are gathered, looking at most max_live_units - 1 units ahead.
+  void prefetch_from(long from, int step);
+  int live_units() const;  // non-root units whose sharded buffers are gathered
   void release(Unit& unit);
   void reduce_unit_grads(Unit& unit);
+  void flush_bucket();  // issues the open bucket's reduce-scatter
   // Finishes reductions (oldest first) until at most max_in_flight remain; completed ones
   // are always finished, so each unit's transient full gradient is freed early.
   void drain_pending_reductions(size_t max_in_flight = 0);
+  // no_shard / optim: waits for the gradient all-gathers in flight; complete: first issues
+  // those a backward(loss, false) on the last micro-batch left out.
+  void wait_gradient_gathers(bool complete);
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<Communicator> comm_;
@@ -230,10 +272,16 @@ class ShardedModel {
   std::shared_ptr<Communicator> replica_comm_;  // hybrid only: this shard's owners in every copy
   ShardOptions options_;
   std::vector<std::unique_ptr<Unit>> units_;
-  std::vector<Unit*> forward_order_;  // non-root units in the order the last forward ran them
+  std::vector<Unit*> trainable_units_;  // the units behind optimizer_views(), in that order
+  std::vector<Unit*> forward_order_;  // non-root unit calls in the order the last forward ran them
   std::vector<Unit*> recording_;      // ... of the forward in progress
+  long backward_cursor_ = 0;          // position in forward_order_ of the last pre-backward
   struct PendingReduce;
   std::deque<std::unique_ptr<PendingReduce>> pending_;
+  std::unique_ptr<PendingReduce> open_bucket_;  // small units' gradients waiting to be reduced together
+  std::vector<bool> published_;                 // per trainable buffer: after_buffer_update done this step
+  bool last_micro_batch_ = true;
+  float grad_scale_ = 1.0f;
   int micro_batches_ = 0;
   int64_t gathered_bytes_ = 0;
   int64_t gathered_peak_ = 0;
@@ -241,7 +289,11 @@ class ShardedModel {
   double exposed_comm_s_ = 0.0;
   // Runs fn (which blocks on communication) and adds its duration to exposed_comm_s_.
   template <class Fn>
-  void blocking_comm(Fn&& fn);
+  void blocking_comm(Fn&& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    exposed_comm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 };
 
 std::shared_ptr<ShardedModel> fully_shard(std::shared_ptr<torch::nn::Module> module,

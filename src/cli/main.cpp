@@ -4,6 +4,7 @@
 #include "sample/sample.h"
 #include "train/config.h"
 #include "train/trainer.h"
+#include "util/threads.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/launch.h"
 #include "zeroshard/shard.h"
@@ -131,8 +132,8 @@ int cmd_sample(const zeroshard::sample::SampleOptions& o, int nproc) {
     if (!o.kv_cache) lo.argv.push_back("--no-cache");
     return launch_local(lo);
   }
-  at::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                         std::max(1, rdv.local_world_size)));
+  zeroshard::util::set_compute_threads(
+      std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, rdv.local_world_size)));
   const std::string series = sample::checkpoint_series(o.checkpoint);
   if (series == "vae" || series == "flux" || series == "wan") {
     const std::string summary = series == "vae" ? sample::reconstruct_clips(o, rdv) : sample::generate_images(o, rdv);

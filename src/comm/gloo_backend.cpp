@@ -279,8 +279,8 @@ class GlooCommunicator : public Communicator {
   }
   static void check_reducible(const char* op, const at::Tensor& t) {
     const auto s = t.scalar_type();
-    TORCH_CHECK(s == at::kFloat || s == at::kDouble || s == at::kLong, op,
-                ": the gloo backend reduces float32, float64 and int64 tensors, got ", s);
+    TORCH_CHECK(s == at::kFloat || s == at::kDouble || s == at::kLong || s == at::kBFloat16, op,
+                ": the gloo backend reduces float32, float64, int64 and bfloat16 tensors, got ", s);
   }
 
   // Gloo reports a lost peer from send()/recv() as well as from the waits: every error
@@ -385,11 +385,13 @@ class GlooCommunicator : public Communicator {
   }
 
   // out = partial + local, elementwise (fixed association: the partial sum comes first).
+  // bf16 adds in fp32 and rounds once per hop (what travels the ring is bf16).
   static void add_chunk(const at::Tensor& partial, const at::Tensor& local, const at::Tensor& out) {
     AT_DISPATCH_SWITCH(out.scalar_type(), "zeroshard_ring_add",
         AT_DISPATCH_CASE(at::kFloat, [&] { add_typed<float>(partial, local, out); })
         AT_DISPATCH_CASE(at::kDouble, [&] { add_typed<double>(partial, local, out); })
-        AT_DISPATCH_CASE(at::kLong, [&] { add_typed<int64_t>(partial, local, out); }));
+        AT_DISPATCH_CASE(at::kLong, [&] { add_typed<int64_t>(partial, local, out); })
+        AT_DISPATCH_CASE(at::kBFloat16, [&] { add_typed<c10::BFloat16>(partial, local, out); }));
   }
   template <typename T>
   static void add_typed(const at::Tensor& partial, const at::Tensor& local, const at::Tensor& out) {
@@ -397,7 +399,7 @@ class GlooCommunicator : public Communicator {
     const T* b = local.data_ptr<T>();
     T* o = out.data_ptr<T>();
     const int64_t n = out.numel();
-    for (int64_t i = 0; i < n; ++i) o[i] = a[i] + b[i];
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(a[i] + b[i]);
   }
 
   const int rank_;

@@ -1,5 +1,7 @@
 #include "nn/causal_conv.h"
 
+#include "nn/matmul.h"
+
 #include <cmath>
 
 namespace zeroshard::nn {
@@ -45,8 +47,7 @@ torch::Tensor CausalConv3dImpl::forward(const torch::Tensor& x, FeatureCache* ca
     input = torch::cat(parts, 2);
   }
   // Computes in the parameters' dtype (bf16 under mixed precision; the clip arrives in fp32).
-  return torch::conv3d(input.to(weight.scalar_type()), weight, bias, {stride_[0], stride_[1], stride_[2]},
-                       {0, kernel_[1] / 2, kernel_[2] / 2});
+  return nn::conv3d(input.to(weight.scalar_type()), weight, bias, stride_, {0, kernel_[1] / 2, kernel_[2] / 2});
 }
 
 ChannelRMSNormImpl::ChannelRMSNormImpl(int64_t channels, double eps) : eps_(eps) {

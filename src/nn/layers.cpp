@@ -1,6 +1,7 @@
 #include "nn/layers.h"
 
 #include "nn/init.h"
+#include "nn/matmul.h"
 #include "util/text.h"
 
 #include <algorithm>
@@ -21,8 +22,8 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool bias) {
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  torch::Tensor y = torch::linear(x, weight, bias);
-  if (lora_a.defined()) y = y + torch::linear(torch::linear(x, lora_a), lora_b) * lora_scale;
+  torch::Tensor y = nn::linear(x, weight, bias);
+  if (lora_a.defined()) y = y + nn::linear(nn::linear(x, lora_a), lora_b) * lora_scale;
   return y;
 }
 
@@ -136,9 +137,9 @@ torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope, int64_t
 }
 
 torch::Tensor full_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(3)));
+  auto scores = nn::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(3)));
   auto probs = torch::softmax(scores.to(torch::kFloat), -1).to(q.scalar_type());
-  return torch::matmul(probs, v);
+  return nn::matmul(probs, v);
 }
 
 torch::Tensor apply_rope_axes(const torch::Tensor& x, const std::vector<torch::Tensor>& positions, double theta) {
@@ -176,12 +177,12 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   TORCH_CHECK(Tk >= Tq, "causal_attention: ", Tk, " keys for ", Tq, " queries");
   auto kk = H == Hkv ? k : k.repeat_interleave(H / Hkv, 1);
   auto vv = H == Hkv ? v : v.repeat_interleave(H / Hkv, 1);
-  auto scores = torch::matmul(q, kk.transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
+  auto scores = nn::matmul(q, kk.transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
   // Query i sits at position Tk - Tq + i and sees keys 0 .. Tk - Tq + i.
   auto mask = torch::ones({Tq, Tk}, torch::kBool).triu(Tk - Tq + 1);
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   auto probs = torch::softmax(scores.to(torch::kFloat), -1).to(q.scalar_type());
-  return torch::matmul(probs, vv);
+  return nn::matmul(probs, vv);
 }
 
 }  // namespace zeroshard::nn

@@ -28,7 +28,7 @@ void adamw_update(float* __restrict param, const float* __restrict grad, float* 
   const AdamWStep c = s;  // by value: lets the compiler keep the scalars in registers
   at::parallel_for(0, n, 1 << 15, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const float g = grad[i];
+      const float g = grad[i] * c.grad_scale;
       const float m = exp_avg[i] * c.beta1 + g * c.one_minus_beta1;
       const float v = exp_avg_sq[i] * c.beta2 + (g * g) * c.one_minus_beta2;
       const float denom = std::sqrt(v) / c.bias2_sqrt + c.eps;
@@ -60,8 +60,11 @@ void ShardedAdamW::step(double lr) {
   auto views = model_->optimizer_views();
   TORCH_CHECK(views.size() == exp_avg_.size(), "ShardedAdamW: the model's trainable buffers changed");
   for (size_t i = 0; i < views.size(); ++i) {
+    AdamWStep si = s;
+    si.grad_scale = views[i].grad_scale;
     adamw_update(views[i].master.data_ptr<float>(), views[i].grad.data_ptr<float>(), exp_avg_[i].data_ptr<float>(),
-                 exp_avg_sq_[i].data_ptr<float>(), views[i].master.numel(), s);
+                 exp_avg_sq_[i].data_ptr<float>(), views[i].master.numel(), si);
+    model_->after_buffer_update(i);
   }
   model_->after_optimizer_step();
 }

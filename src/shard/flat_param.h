@@ -57,6 +57,8 @@ class FlatParam {
   // parameters, or no_shard); undefined otherwise.
   const at::Tensor& master_full() const { return master_full_; }
   bool gathered() const { return gathered_; }
+  // Sharded (gathered for use, freed after) rather than replicated on every rank.
+  bool shards_params() const { return shard_params_; }
 
   // Re-allocates the full buffer's bytes (contents undefined) / frees them.
   void allocate_full();

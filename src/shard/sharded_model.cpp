@@ -20,26 +20,6 @@
 
 namespace zeroshard {
 
-namespace {
-constexpr size_t kMaxReductionsInFlight = 2;
-}
-
-template <class Fn>
-void ShardedModel::blocking_comm(Fn&& fn) {
-  const auto t0 = std::chrono::steady_clock::now();
-  fn();
-  exposed_comm_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-struct ShardedModel::PendingReduce {
-  Unit* unit;
-  at::Tensor local_full;  // this rank's unreduced gradient (transient)
-  at::Tensor reduced;     // this rank's reduced slice
-  WorkHandle work;        // reduce-scatter in the shard group
-  WorkHandle replica_work;  // hybrid: then the all-reduce across the copies (same queue, runs after)
-  const WorkHandle& last() const { return replica_work ? replica_work : work; }
-};
-
 ShardedModel::ShardedModel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
                            ShardOptions options)
     : module_(std::move(module)), comm_(std::move(comm)), options_(std::move(options)) {
@@ -49,6 +29,17 @@ ShardedModel::ShardedModel(std::shared_ptr<torch::nn::Module> module, std::share
   if (options_.param_dtype != at::kFloat && options_.param_dtype != at::kBFloat16) {
     throw std::invalid_argument(std::string("fully_shard: param_dtype must be float32 or bfloat16, got ") +
                                 c10::toString(options_.param_dtype));
+  }
+  if (options_.reduce_dtype != at::kFloat && options_.reduce_dtype != at::kBFloat16) {
+    throw std::invalid_argument(std::string("fully_shard: reduce_dtype must be float32 or bfloat16, got ") +
+                                c10::toString(options_.reduce_dtype));
+  }
+  if (options_.max_live_units < 1) {
+    throw std::invalid_argument("fully_shard: max_live_units must be >= 1 (the running unit), got " +
+                                std::to_string(options_.max_live_units));
+  }
+  if (options_.persistence_threshold < 0 || options_.reduce_bucket_bytes < 0) {
+    throw std::invalid_argument("fully_shard: persistence_threshold and reduce_bucket_bytes must be >= 0");
   }
   const int world = comm_->world_size(), group = options_.shard_group_size;
   if (group < 0 || (group > 0 && world % group != 0)) {
@@ -77,6 +68,11 @@ ShardedModel::ShardedModel(std::shared_ptr<torch::nn::Module> module, std::share
 ShardedModel::~ShardedModel() {
   for (auto& u : units_) {
     if (u->module) u->module->set_forward_hooks(nullptr);
+    try {
+      finish_gather(*u);  // no collective may still write into a buffer about to go
+    } catch (...) {
+      // a failed communicator runs nothing more
+    }
   }
 }
 
@@ -127,7 +123,13 @@ void ShardedModel::build_units() {
     (item.value().requires_grad() ? trainable : frozen)[u].push_back(std::move(slot));
   }
 
-  // 3. Build units: root first, then the chosen modules in pre-order.
+  // 3. Build units: root first, then the chosen modules in pre-order. Under
+  //    optim_grads_params a buffer at or below the persistence threshold stays replicated.
+  auto sharded = [&](const std::vector<ParamSlot>& slots) {
+    int64_t numel = 0;
+    for (const auto& slot : slots) numel += slot.param.numel();
+    return shards_params(strategy) && numel > options_.persistence_threshold;
+  };
   for (int u = 0; u < n_units; ++u) {
     auto unit = std::make_unique<Unit>();
     unit->index = u;
@@ -136,9 +138,9 @@ void ShardedModel::build_units() {
     unit->module = u == 0 ? dynamic_cast<nn::HookableModule*>(module_.get())
                           : dynamic_cast<nn::HookableModule*>(chosen[u - 1].second.get());
     if (!trainable[u].empty()) {
-      unit->trainable = std::make_unique<FlatParam>(unit->name, true, std::move(trainable[u]), rank, world,
-                                                    shards_params(strategy), strategy == Strategy::NoShard,
-                                                    options_.param_dtype);
+      const bool shard = sharded(trainable[u]);
+      unit->trainable = std::make_unique<FlatParam>(unit->name, true, std::move(trainable[u]), rank, world, shard,
+                                                    strategy == Strategy::NoShard, options_.param_dtype);
       const ShardLayout& L = unit->trainable->layout();
       if (shards_grads(strategy)) {
         unit->grad_shard = at::zeros({L.shard_size}, at::kFloat);
@@ -148,8 +150,9 @@ void ShardedModel::build_units() {
       }
     }
     if (!frozen[u].empty()) {
-      unit->frozen = std::make_unique<FlatParam>(unit->name, false, std::move(frozen[u]), rank, world,
-                                                 shards_params(strategy), /*full_master=*/false, options_.param_dtype);
+      const bool shard = sharded(frozen[u]);
+      unit->frozen = std::make_unique<FlatParam>(unit->name, false, std::move(frozen[u]), rank, world, shard,
+                                                 /*full_master=*/false, options_.param_dtype);
     }
     Unit* raw = unit.get();
     unit->post_backward_callback = [raw, this] {
@@ -164,13 +167,14 @@ void ShardedModel::build_units() {
       unit->hooks->recompute_check = options_.recompute_check;
       unit->hooks->name = unit->name;
       unit->module->set_forward_hooks(unit->hooks);
-    } else if (shards_params(strategy) && (unit->trainable || unit->frozen)) {
+    } else if (unit->gathers()) {
       throw std::invalid_argument(
           "fully_shard: the root module has parameters outside every unit, but it is not a "
           "zeroshard::nn::HookableModule, so optim_grads_params cannot gather them before its forward; "
           "derive the root from HookableModule (running forward through call_hooked) or wrap those parameters "
           "into units");
     }
+    if (unit->trainable) trainable_units_.push_back(unit.get());
     units_.push_back(std::move(unit));
   }
 
@@ -234,37 +238,56 @@ void ShardedModel::gather(Unit& unit) {
   finish_gather(unit);
 }
 
-void ShardedModel::prefetch(const Unit& unit, int step) {
+int ShardedModel::live_units() const {
+  int n = 0;
+  for (const auto& u : units_) n += (!u->is_root && u->gathered()) ? 1 : 0;
+  return n;
+}
+
+void ShardedModel::prefetch_from(long from, int step) {
   if (!options_.prefetch) return;
-  const auto it = std::find(forward_order_.begin(), forward_order_.end(), &unit);
-  const long next = unit.is_root ? (step > 0 ? 0 : -1)
-                                 : (it == forward_order_.end() ? -1 : (it - forward_order_.begin()) + step);
-  if (next >= 0 && next < static_cast<long>(forward_order_.size())) start_gather(*forward_order_[next]);
+  const long size = static_cast<long>(forward_order_.size());
+  int live = live_units();
+  for (long i = from, looked = 0; i >= 0 && i < size && looked < options_.max_live_units; i += step, ++looked) {
+    if (live >= options_.max_live_units) break;
+    Unit& u = *forward_order_[static_cast<size_t>(i)];
+    if (!u.gathers() || u.gathered()) continue;
+    start_gather(u);
+    ++live;
+  }
 }
 
 void ShardedModel::release(Unit& unit) {
-  if (!shards_params(options_.strategy)) return;
+  if (!unit.gathers()) return;
   finish_gather(unit);  // never free a buffer a collective is still writing
   for (FlatParam* f : {unit.trainable.get(), unit.frozen.get()}) {
-    if (f == nullptr || !f->gathered()) continue;
+    if (f == nullptr || !f->shards_params() || !f->gathered()) continue;
     f->free_full();
     gathered_bytes_ -= f->full_bytes();
   }
 }
 
 void ShardedModel::on_pre_forward(Unit& unit, std::vector<at::Tensor>& inputs) {
+  finish_gather(unit);  // replicated parameters: the all-gather of the last optimizer step
   if (shards_params(options_.strategy)) {
     if (unit.is_root) {
-      // A new forward: a unit prefetched for a forward that went another way is let go.
+      // A new forward. Its first units may have been prefetched (after the optimizer step);
+      // any other unit still gathered is left from a forward that went another way.
+      const size_t first = options_.prefetch ? static_cast<size_t>(options_.max_live_units) : 0;
       for (auto& u : units_) {
-        if (!u->is_root) release(*u);
+        if (u->is_root) continue;
+        const auto end = forward_order_.begin() + static_cast<long>(std::min(first, forward_order_.size()));
+        if (std::find(forward_order_.begin(), end, u.get()) == end) release(*u);
       }
       recording_.clear();
+      gather(unit);
+      prefetch_from(0, +1);
     } else {
+      const long position = static_cast<long>(recording_.size());
       recording_.push_back(&unit);
+      gather(unit);
+      prefetch_from(position + 1, +1);  // the units that ran after this call last time
     }
-    gather(unit);
-    prefetch(unit, +1);
   }
   if (torch::autograd::GradMode::is_enabled() && !unit.is_root) {
     if (attach_post_backward(inputs, &unit.post_backward_callback)) {
@@ -291,7 +314,18 @@ void ShardedModel::on_post_forward(Unit& unit, std::vector<at::Tensor>& outputs)
 void ShardedModel::on_pre_backward(Unit& unit) {
   if (!shards_params(options_.strategy)) return;
   gather(unit);
-  prefetch(unit, -1);  // backward runs the units in reverse forward order
+  // Backward runs the calls in reverse forward order: find this one below the last position
+  // (a unit called several times appears several times), then prefetch the calls before it.
+  long pos = -1;
+  for (long i = std::min(backward_cursor_, static_cast<long>(forward_order_.size())) - 1; i >= 0; --i) {
+    if (forward_order_[static_cast<size_t>(i)] == &unit) {
+      pos = i;
+      break;
+    }
+  }
+  if (pos < 0) return;
+  backward_cursor_ = pos;
+  prefetch_from(pos - 1, -1);
 }
 
 void ShardedModel::on_post_backward(Unit& unit) {
@@ -301,133 +335,9 @@ void ShardedModel::on_post_backward(Unit& unit) {
   release(unit);
 }
 
-void ShardedModel::reduce_unit_grads(Unit& unit) {
-  if (!unit.trainable) return;
-  const ShardLayout& L = unit.trainable->layout();
-  auto pending = std::make_unique<PendingReduce>();
-  pending->unit = &unit;
-  pending->local_full = at::empty({L.padded}, at::kFloat);
-  unit.trainable->take_grads_into(pending->local_full);
-  pending->reduced = at::empty({L.shard_size}, at::kFloat);
-  pending->work = shard_comm_->reduce_scatter_async(pending->local_full, pending->reduced);
-  // Hybrid: the copies' partial sums of this shard, summed in a fixed ring order (every copy
-  // gets the same bits). Issued now, in program order: it runs once the reduce-scatter is done.
-  if (replica_comm_) pending->replica_work = replica_comm_->all_reduce_async(pending->reduced);
-  pending_.push_back(std::move(pending));
-  // Bound the unreduced full gradients alive at once (they are what sharding saves).
-  drain_pending_reductions(kMaxReductionsInFlight);
-}
-
-void ShardedModel::drain_pending_reductions(size_t max_in_flight) {
-  while (!pending_.empty() && (pending_.size() > max_in_flight || pending_.front()->last()->completed())) {
-    auto& p = pending_.front();
-    blocking_comm([&] {
-      p->work->wait();
-      if (p->replica_work) p->replica_work->wait();
-    });
-    Unit& u = *p->unit;
-    if (u.grad_has_data) {
-      u.grad_shard.add_(p->reduced);
-    } else {
-      u.grad_shard.copy_(p->reduced);
-      u.grad_has_data = true;
-    }
-    pending_.pop_front();
-  }
-}
-
-void ShardedModel::backward(const at::Tensor& loss) {
-  TORCH_CHECK(loss.defined() && loss.numel() == 1, "ShardedModel::backward: loss must be a scalar tensor");
-  for (auto& u : units_) u->post_backward_done = false;
-  loss.backward();
-  // Units whose post-backward did not fire (the root, units whose inputs need no grad, units
-  // not run in this micro-batch): reduce them now, in a fixed order on every rank.
-  for (auto it = units_.rbegin(); it != units_.rend(); ++it) {
-    if (!(*it)->post_backward_done) on_post_backward(**it);
-    (*it)->calls_awaiting_backward = 0;
-    (*it)->untracked_call = false;
-  }
-  drain_pending_reductions();
-  ++micro_batches_;
-}
-
-double ShardedModel::finish_gradients(double max_norm) {
-  if (micro_batches_ == 0) {
-    throw std::logic_error("finish_gradients: no backward() since the last optimizer step");
-  }
-  const float denom = static_cast<float>(comm_->world_size() * micro_batches_);
-  // Norm over this rank's shards, summed in a fixed order; ranks' partials summed in rank
-  // order on every rank. The same partition under every strategy -> the same bits. (Hybrid:
-  // every copy holds the same shards, so one group's partials are the whole norm.)
-  double local = 0.0;
-  for (auto& u : units_) {
-    if (!u->trainable) continue;
-    u->grad_shard.div_(denom);
-    const float* g = u->grad_shard.data_ptr<float>();
-    const int64_t n = u->grad_shard.numel();
-    for (int64_t i = 0; i < n; ++i) local += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-  }
-  at::Tensor partial = at::full({1}, local, at::kDouble);
-  at::Tensor all = at::empty({shard_comm_->world_size()}, at::kDouble);
-  blocking_comm([&] { shard_comm_->all_gather(partial, all); });
-  double total = 0.0;
-  for (int r = 0; r < shard_comm_->world_size(); ++r) total += all.data_ptr<double>()[r];
-  const double norm = std::sqrt(total);
-  if (max_norm > 0.0) {
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) {
-      for (auto& u : units_) {
-        if (u->trainable) u->grad_shard.mul_(static_cast<float>(coef));
-      }
-    }
-  }
-  if (!shards_grads(options_.strategy)) {
-    // no_shard / optim keep the replicated reduced gradient (what DDP's all-reduce gives).
-    for (auto& u : units_) {
-      if (u->trainable) blocking_comm([&] { shard_comm_->all_gather(u->grad_shard, u->grad_full); });
-    }
-  }
-  return norm;
-}
-
-std::vector<ShardedModel::TrainableView> ShardedModel::optimizer_views() {
-  std::vector<TrainableView> views;
-  for (auto& u : units_) {
-    if (!u->trainable) continue;
-    if (options_.strategy == Strategy::NoShard) {
-      views.push_back({u->trainable->master_full(), u->grad_full});
-    } else {
-      views.push_back({u->trainable->shard(), u->grad_shard});
-    }
-  }
-  return views;
-}
-
-void ShardedModel::after_optimizer_step() {
-  if (options_.strategy == Strategy::Optim || options_.strategy == Strategy::OptimGrads) {
-    for (auto& u : units_) {
-      if (!u->trainable) continue;
-      FlatParam& f = *u->trainable;
-      // The compute parameters from every rank's updated masters (bf16 under mixed precision).
-      const at::Tensor send = f.mixed() ? f.shard().to(f.compute_dtype()) : f.shard();
-      blocking_comm([&] { shard_comm_->all_gather(send, f.full()); });
-    }
-  } else if (options_.strategy == Strategy::NoShard) {
-    for (auto& u : units_) {
-      if (u->trainable) u->trainable->refresh_compute_from_master();
-    }
-  }
-  for (auto& u : units_) u->grad_has_data = false;
-  micro_batches_ = 0;
-}
-
-void ShardedModel::discard_gradients() {
-  for (auto& u : units_) u->grad_has_data = false;
-  micro_batches_ = 0;
-}
-
 void ShardedModel::for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) {
   at::NoGradGuard no_grad;
+  for (auto& u : units_) finish_gather(*u);  // a replicated fp32 master is its compute buffer
   for (auto& u : units_) {
     for (FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
       if (f == nullptr) continue;
@@ -490,6 +400,18 @@ MemoryStats ShardedModel::memory() const {
   m.gathered_bytes = gathered_bytes_;
   m.gathered_peak_bytes = gathered_peak_;
   return m;
+}
+
+CommStats ShardedModel::comm_stats() const {
+  CommStats total;
+  for (const Communicator* c : {comm_.get(), shard_comm_ == comm_ ? nullptr : shard_comm_.get(), replica_comm_.get()}) {
+    if (c == nullptr) continue;
+    const CommStats s = c->stats();
+    total.bytes_sent += s.bytes_sent;
+    total.bytes_received += s.bytes_received;
+    total.collectives += s.collectives;
+  }
+  return total;
 }
 
 void ShardedModel::reset_gathered_peak() { gathered_peak_ = gathered_bytes_; }

@@ -175,6 +175,8 @@ std::vector<Key> registry(TrainConfig& c) {
   add_int("train.seed", &c.seed, 0, std::numeric_limits<int64_t>::max());
   add_bool("train.activation_checkpointing", &c.activation_checkpointing);
   add_string("mixed_precision.param_dtype", &c.param_dtype, {"fp32", "bf16"});
+  add_string("mixed_precision.reduce_dtype", &c.reduce_dtype, {"fp32", "bf16"});
+  add_string("mixed_precision.bf16_matmul", &c.bf16_matmul, {"auto", "native", "via_fp32"});
   add_int("train.log_every", &c.log_every, 1, big);
   add_int("train.save_every", &c.save_every, 0, big);
   add_int("train.keep_last", &c.keep_last, 0, big);
@@ -191,6 +193,9 @@ std::vector<Key> registry(TrainConfig& c) {
   add_float("parallel.comm_timeout_s", &c.comm_timeout_s, 1.0, 86400.0);
   add_int("parallel.threads", &c.threads, 0, 1024);
   add_bool("parallel.prefetch", &c.prefetch);
+  add_int("parallel.max_live_units", &c.max_live_units, 1, 1 << 20);
+  add_int("parallel.persistence_threshold", &c.persistence_threshold, 0, big);
+  add_int("parallel.reduce_bucket_bytes", &c.reduce_bucket_bytes, 0, big);
   add_bool("parallel.hybrid", &c.hybrid);
   add_int("parallel.shard_group_size", &c.shard_group_size, 0, 1 << 20);
   add_string("data.source", &c.data_source, {"system_text", "synthetic", "file", "shapes"});
@@ -470,6 +475,10 @@ void validate(TrainConfig& c) {
   if (c.check_recompute != "off" && !c.activation_checkpointing) {
     throw std::invalid_argument("debug.check_recompute=" + c.check_recompute +
                                 " checks activation checkpointing, which is off; set train.activation_checkpointing: true");
+  }
+  if (c.max_live_units != TrainConfig().max_live_units && !c.prefetch) {
+    throw std::invalid_argument("parallel.max_live_units=" + std::to_string(c.max_live_units) +
+                                " bounds what prefetch gathers ahead, which is off; set parallel.prefetch: true");
   }
   if (c.shard_group_size != 0 && !c.hybrid) {
     throw std::invalid_argument("parallel.shard_group_size=" + std::to_string(c.shard_group_size) +

@@ -49,6 +49,8 @@ struct TrainConfig {
   double clip_grad_norm = 1.0;
   bool activation_checkpointing = false;  // recompute each unit in backward instead of keeping its activations
   std::string param_dtype = "fp32";  // mixed_precision.param_dtype: fp32 | bf16 (gathers and compute)
+  std::string reduce_dtype = "fp32";  // mixed_precision.reduce_dtype: fp32 | bf16 (gradient reduce-scatters)
+  std::string bf16_matmul = "auto";   // mixed_precision.bf16_matmul: auto | native | via_fp32 (src/nn/matmul.h)
   int64_t seed = 1234;
   int64_t log_every = 10;
 
@@ -72,7 +74,10 @@ struct TrainConfig {
   int64_t threads = 0;  // intra-op threads per rank; 0 = cores / local ranks
   // Hybrid sharding: shard within groups of shard_group_size consecutive ranks (0 = the ranks
   // of one host, LOCAL_WORLD_SIZE), replicate across the groups (ShardOptions::shard_group_size).
-  bool prefetch = false;  // parallel.prefetch: ZeRO-3 gathers the next unit while one computes
+  bool prefetch = true;  // parallel.prefetch: ZeRO-3 gathers the next units while one computes
+  int64_t max_live_units = 2;  // parallel.max_live_units: gathered units at once with prefetch
+  int64_t persistence_threshold = 0;  // parallel.persistence_threshold: ZeRO-3 keeps buffers this small replicated
+  int64_t reduce_bucket_bytes = 0;    // parallel.reduce_bucket_bytes: smaller gradients share a reduce-scatter
   bool hybrid = false;
   int64_t shard_group_size = 0;
 

@@ -66,6 +66,10 @@ class GeneratedSampleTask : public Task {
   int rank_, world_;
 };
 
+// For the diffusion pipelines' finish_step: {"towers_s": the mean over ranks of *seconds}
+// (the frozen towers' time in the step), and *seconds reset. A collective.
+nlohmann::json towers_time_metrics(Communicator& comm, double* seconds);
+
 // For the diffusion pipelines: `seeded`, with the parameters under "vae." and "text_encoder."
 // read from those towers' own safetensors files when given (empty path: seeded).
 std::shared_ptr<ParamSource> with_tower_files(std::shared_ptr<ParamSource> seeded, const std::string& vae_from,

@@ -54,6 +54,10 @@ class FluxTask : public GeneratedSampleTask {
     return model_->forward(samples(first), at::stack(tokens), at::stack(noise), at::cat(sigma));
   }
 
+  nlohmann::json finish_step(Communicator& comm) override {
+    return towers_time_metrics(comm, &model_->towers_seconds);
+  }
+
   std::string item_name() const override { return "images"; }
 
  private:

@@ -2,9 +2,12 @@
 
 #include "checkpoint/checkpoint.h"
 #include "io/safetensors.h"
+#include "nn/matmul.h"
 #include "train/metrics.h"
 #include "train/stop_signal.h"
 #include "train/task.h"
+#include "util/tensor_memory.h"
+#include "util/threads.h"
 #include "zeroshard/optim.h"
 #include "zeroshard/shard.h"
 
@@ -106,7 +109,9 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
   const int threads = cfg.threads > 0 ? static_cast<int>(cfg.threads)
                                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                                         std::max(1, rdv.local_world_size));
-  torch::set_num_threads(threads);
+  util::set_compute_threads(threads);
+  util::track_tensor_memory();  // the per-step activation and peak figures below
+  nn::set_bf16_matmul(nn::parse_bf16_matmul(cfg.bf16_matmul));
 
   CommOptions comm_options;
   comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout_s * 1000));
@@ -134,6 +139,11 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
   log.line("start: world_size=" + std::to_string(world) + " strategy=" + cfg.strategy + " threads=" +
            std::to_string(threads) + " backend=" + comm->backend_name() +
            (resume ? " resume_from=" + resume->dir() : std::string()));
+  if (cfg.param_dtype == "bf16") {
+    log.line(std::string("bf16 matmuls: ") + nn::bf16_matmul_name(nn::resolved_bf16_matmul()) +
+             " (mixed_precision.bf16_matmul=" + cfg.bf16_matmul + "; this CPU " +
+             (nn::cpu_has_bf16_dot_product() ? "has" : "has no") + " bf16 dot-product instructions)");
+  }
   if (rank == 0) {
     std::ofstream(run_dir + "/config.json") << config_to_json(cfg, world).dump(2) << "\n";
     if (resume) truncate_metrics(run_dir + "/metrics.jsonl", start_step);
@@ -153,7 +163,11 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
   shard_options.shard_group_size = cfg.hybrid ? static_cast<int>(cfg.shard_group_size) : 0;
   shard_options.activation_checkpointing = cfg.activation_checkpointing;
   shard_options.prefetch = cfg.prefetch;
+  shard_options.max_live_units = static_cast<int>(cfg.max_live_units);
+  shard_options.persistence_threshold = cfg.persistence_threshold;
+  shard_options.reduce_bucket_bytes = cfg.reduce_bucket_bytes;
   shard_options.param_dtype = cfg.param_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  shard_options.reduce_dtype = cfg.reduce_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   shard_options.recompute_check = cfg.check_recompute == "bitwise" ? nn::RecomputeCheck::Bitwise
                                   : cfg.check_recompute == "shape" ? nn::RecomputeCheck::Shape
                                                                    : nn::RecomputeCheck::Off;
@@ -249,6 +263,12 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
       const auto t0 = Clock::now();
       sharded->reset_gathered_peak();
       sharded->reset_exposed_comm();
+      // Tensor bytes of the step beyond what it started with (model states and whatever is
+      // kept between steps): its peak, and what the forward keeps for backward (activations).
+      util::reset_peak_tensor_bytes();
+      const int64_t step_base_bytes = util::live_tensor_bytes();
+      const CommStats comm_before = sharded->comm_stats();
+      int64_t saved_activation_bytes = 0;
       double loss_sum = 0.0;
       if (cfg.debug_fail_at_step == step && cfg.debug_fail_rank == rank) {
         if (cfg.debug_fail_kind == "exception") {
@@ -263,11 +283,16 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
         }
       }
       for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
+        const int64_t live_before = util::live_tensor_bytes(), gathered_before = sharded->memory().gathered_bytes;
         at::Tensor loss = task->loss(step - 1, micro);
+        // What the graph holds now, less the parameters the engine gathered meanwhile.
+        saved_activation_bytes =
+            std::max(saved_activation_bytes, (util::live_tensor_bytes() - live_before) -
+                                                 (sharded->memory().gathered_bytes - gathered_before));
         if (cfg.debug_fail_kind == "nan" && cfg.debug_fail_at_step == step && cfg.debug_fail_rank == rank) {
           loss = loss * std::numeric_limits<float>::quiet_NaN();
         }
-        sharded->backward(loss);
+        sharded->backward(loss, /*last_micro_batch=*/micro + 1 == cfg.grad_accum);
         loss_sum += static_cast<double>(loss.item<float>());
       }
       // Every rank sees every rank's loss and the global gradient norm, so all decide alike.
@@ -314,12 +339,18 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
       const double comm_exposed_s = sharded->exposed_comm_seconds() + loss_gather_s;
       const double compute_s = std::max(0.0, step_time - comm_exposed_s - optimizer_s);
 
-      // Per-rank memory figures, gathered so rank 0 can log all of them.
+      const int64_t step_peak_bytes = util::peak_tensor_bytes() - step_base_bytes;
+      const CommStats comm_after = sharded->comm_stats();
+      // Per-rank memory and time figures, gathered so rank 0 can log all of them (times in ns).
       const MemoryStats m = sharded->memory();
+      auto ns = [](double seconds) { return static_cast<int64_t>(seconds * 1e9); };
       // The same gather carries each rank's stop request (SIGINT/SIGTERM): all stop together.
-      constexpr int kFields = 6;
+      constexpr int kFields = 13;
       at::Tensor mine = at::tensor({m.params_bytes, m.grads_bytes, m.optim_bytes, m.gathered_peak_bytes, peak_rss_bytes(),
-                                    static_cast<int64_t>(StopSignal::pending())},
+                                    static_cast<int64_t>(StopSignal::pending()), saved_activation_bytes,
+                                    step_peak_bytes, ns(compute_s), ns(comm_exposed_s), ns(optimizer_s),
+                                    comm_after.bytes_sent - comm_before.bytes_sent,
+                                    comm_after.collectives - comm_before.collectives},
                                    at::kLong);
       at::Tensor all = at::empty({world * kFields}, at::kLong);
       comm->all_gather(mine, all);
@@ -329,8 +360,19 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
         nlohmann::json per_rank = nlohmann::json::array();
         for (int r = 0; r < world; ++r) {
           const int64_t* f = a + r * kFields;
-          per_rank.push_back({{"rank", r}, {"mem_params_bytes", f[0]}, {"mem_grads_bytes", f[1]},
-                              {"mem_optim_bytes", f[2]}, {"mem_gathered_peak_bytes", f[3]}, {"rss_peak_bytes", f[4]}});
+          per_rank.push_back({{"rank", r},
+                              {"mem_params_bytes", f[0]},
+                              {"mem_grads_bytes", f[1]},
+                              {"mem_optim_bytes", f[2]},
+                              {"mem_gathered_peak_bytes", f[3]},
+                              {"rss_peak_bytes", f[4]},
+                              {"mem_saved_activations_bytes", f[6]},
+                              {"mem_step_peak_bytes", f[7]},
+                              {"compute_s", static_cast<double>(f[8]) * 1e-9},
+                              {"comm_exposed_s", static_cast<double>(f[9]) * 1e-9},
+                              {"optimizer_s", static_cast<double>(f[10]) * 1e-9},
+                              {"comm_bytes_sent", f[11]},
+                              {"comm_collectives", f[12]}});
         }
         nlohmann::json line = {{"step", step},
                                {"loss", static_cast<double>(loss)},
@@ -346,6 +388,8 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
                                {"mem_optim_bytes", a[2]},
                                {"mem_gathered_peak_bytes", a[3]},
                                {"rss_peak_bytes", a[4]},
+                               {"mem_saved_activations_bytes", a[6]},
+                               {"mem_step_peak_bytes", a[7]},
                                {"skipped", !finite},
                                {"ranks", per_rank}};
         for (auto it = series_metrics.begin(); it != series_metrics.end(); ++it) line[it.key()] = it.value();

@@ -1,3 +1,4 @@
+#include "util/sum_squares.h"
 #include "zeroshard/optim.h"
 
 #include <gtest/gtest.h>
@@ -58,6 +59,42 @@ TEST(AdamW, ShardBoundariesDoNotChangeBits) {
     ASSERT_EQ(std::memcmp(cut_v.data_ptr<float>(), whole_v.data_ptr<float>(), n * sizeof(float)), 0) << "step " << t;
   }
   EXPECT_FALSE(torch::equal(whole_p, p0)) << "the update must move the parameters";
+}
+
+// The mean gradient and the clipping factor reach the update as grad_scale: the same as
+// updating with the gradient scaled beforehand (one rounding either way), and it must act.
+TEST(AdamW, GradScaleEqualsAPreScaledGradient) {
+  torch::manual_seed(9);
+  const int64_t n = 777;
+  const float scale = 0.3f;
+  auto g = torch::randn({n});
+  auto g_scaled = g * scale;
+  auto p1 = torch::randn({n}), m1 = torch::zeros({n}), v1 = torch::zeros({n});
+  auto p2 = p1.clone(), m2 = m1.clone(), v2 = v1.clone();
+  AdamWStep s = AdamWStep::make(AdamWOptions{}, 1e-3, 1);
+  adamw_update(p1.data_ptr<float>(), g_scaled.data_ptr<float>(), m1.data_ptr<float>(), v1.data_ptr<float>(), n, s);
+  s.grad_scale = scale;
+  adamw_update(p2.data_ptr<float>(), g.data_ptr<float>(), m2.data_ptr<float>(), v2.data_ptr<float>(), n, s);
+  EXPECT_TRUE(torch::equal(p1, p2));
+  EXPECT_TRUE(torch::equal(m1, m2));
+  EXPECT_TRUE(torch::equal(v1, v2));
+  EXPECT_FALSE(torch::equal(m1, g * 0.1f)) << "the scale must reach the moments";
+}
+
+// The norm's sum of squares: the same bits with 1 or 2 threads, close to a plain double sum.
+TEST(SumOfSquares, ThreadCountDoesNotChangeBits) {
+  torch::manual_seed(11);
+  const int64_t n = 100003;  // several blocks and a ragged tail
+  auto x = torch::randn({n});
+  const int threads = torch::get_num_threads();
+  torch::set_num_threads(1);
+  const double one = util::sum_of_squares(x.data_ptr<float>(), n);
+  torch::set_num_threads(2);
+  const double two = util::sum_of_squares(x.data_ptr<float>(), n);
+  torch::set_num_threads(threads);
+  EXPECT_EQ(std::memcmp(&one, &two, sizeof(double)), 0);
+  const double ref = x.to(torch::kDouble).pow(2).sum().item<double>();
+  EXPECT_NEAR(one, ref, 1e-12 * ref);
 }
 
 TEST(LrSchedule, WarmupThenCosine) {

@@ -10,6 +10,7 @@
 #include "io/safetensors.h"
 #include "models/llama/llama.h"
 #include "support/toy_model.h"
+#include "util/threads.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/optim.h"
 #include "zeroshard/shard.h"
@@ -156,7 +157,7 @@ int scenario_die(const std::string& out) {
 }
 
 int scenario_toy(const std::string& out, const std::string& strategy) {
-  torch::set_num_threads(1);
+  util::set_compute_threads(1);
   auto comm = make_communicator(RendezvousInfo::from_env(), CommOptions{std::chrono::seconds(60), std::chrono::seconds(60)});
   const int W = comm->world_size(), r = comm->rank();
   testing::ToyModel model;
@@ -193,7 +194,7 @@ int scenario_toy(const std::string& out, const std::string& strategy) {
 }
 
 int scenario_memory(const std::string& out, const std::string& strategy) {
-  torch::set_num_threads(1);
+  util::set_compute_threads(1);
   auto comm = make_communicator(RendezvousInfo::from_env(), CommOptions{std::chrono::seconds(60), std::chrono::seconds(60)});
   models::LlamaConfig c;
   c.dim = 256;
@@ -204,7 +205,9 @@ int scenario_memory(const std::string& out, const std::string& strategy) {
   c.max_seq_len = 32;
   models::Llama model(c);
   model->reset_parameters(1);
-  auto sharded = fully_shard(model.ptr(), comm, {parse_strategy(strategy)});
+  ShardOptions options(parse_strategy(strategy));
+  options.prefetch = false;  // the formula's one gathered unit at a time (prefetch: tests/train/test_overlap.cpp)
+  auto sharded = fully_shard(model.ptr(), comm, options);
   ShardedAdamW optim(sharded, AdamWOptions{});
   auto tokens = torch::randint(0, 256, {2, 17}, torch::kLong);
   auto loss = models::lm_loss(model->forward(tokens.narrow(1, 0, 16)), tokens.narrow(1, 1, 16));

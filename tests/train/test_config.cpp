@@ -121,3 +121,25 @@ TEST(Config, CheckpointAndFaultKeysAreValidated) {
                 .find("model.init_from: file '/nonexistent.safetensors' does not exist"),
             std::string::npos);
 }
+
+TEST(Config, SpeedKeysAreTypedAndCheckedAgainstEachOther) {
+  auto c = load_config("", {"mixed_precision.reduce_dtype=bf16", "mixed_precision.bf16_matmul=via_fp32",
+                            "parallel.max_live_units=3", "parallel.persistence_threshold=100000",
+                            "parallel.reduce_bucket_bytes=4194304"});
+  EXPECT_EQ(c.reduce_dtype, "bf16");
+  EXPECT_EQ(c.bf16_matmul, "via_fp32");
+  EXPECT_TRUE(c.prefetch) << "ZeRO-3 prefetches by default";
+  EXPECT_EQ(c.max_live_units, 3);
+  EXPECT_EQ(c.persistence_threshold, 100000);
+  EXPECT_EQ(c.reduce_bucket_bytes, 4194304);
+  auto msg = error_of([] { load_config("", {"mixed_precision.reduce_dtype=fp16"}); });
+  EXPECT_NE(msg.find("mixed_precision.reduce_dtype"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bf16"), std::string::npos) << msg;
+  msg = error_of([] { load_config("", {"mixed_precision.bf16_matmul=amx"}); });
+  EXPECT_NE(msg.find("via_fp32"), std::string::npos) << msg;
+  msg = error_of([] { load_config("", {"parallel.max_live_units=0"}); });
+  EXPECT_NE(msg.find("parallel.max_live_units"), std::string::npos) << msg;
+  // A bound on what prefetch gathers ahead means nothing without prefetch: an error, not ignored.
+  msg = error_of([] { load_config("", {"parallel.prefetch=false", "parallel.max_live_units=4"}); });
+  EXPECT_NE(msg.find("set parallel.prefetch: true"), std::string::npos) << msg;
+}

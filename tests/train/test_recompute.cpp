@@ -31,7 +31,7 @@ TEST(Prefetch, SameLossesWithOneMoreUnitGatheredAtMost) {
                                                              " --set mixed_precision.param_dtype=bf16")}) {
     const std::string common = " --set train.steps=6 --set train.grad_accum=2 --set parallel.strategy=optim_grads_params" +
                                extra;
-    TrainRun plain = train(common, 2, "prefetch_off");
+    TrainRun plain = train(common + " --set parallel.prefetch=false", 2, "prefetch_off");
     TrainRun ahead = train(common + " --set parallel.prefetch=true", 2, "prefetch_on");
     ASSERT_EQ(plain.exit_code, 0) << plain.output;
     ASSERT_EQ(ahead.exit_code, 0) << ahead.output;
@@ -41,4 +41,20 @@ TEST(Prefetch, SameLossesWithOneMoreUnitGatheredAtMost) {
     EXPECT_GT(peak_ahead, peak_plain) << "prefetch must hold the next unit while one computes";
     EXPECT_LE(peak_ahead, 2 * peak_plain) << "at most one unit more";
   }
+}
+
+// What checkpointing is for, counted at the allocator (exact, unlike RSS): the activations
+// the forward keeps for backward, and the step's peak tensor bytes above the model states.
+TEST(ActivationCheckpointing, CutsTheActivationsKeptForBackward) {
+  const std::string common = " --set train.steps=3 --set model.n_layers=6 --set parallel.strategy=optim_grads_params";
+  TrainRun plain = train(common, 2, "act_mem_off");
+  TrainRun ckpt = train(common + " --set train.activation_checkpointing=true", 2, "act_mem_on");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(ckpt.exit_code, 0) << ckpt.output;
+  EXPECT_EQ(loss_texts(ckpt), loss_texts(plain));
+  const auto kept = [](const TrainRun& r) { return r.metrics.back()["mem_saved_activations_bytes"].get<double>(); };
+  const auto peak = [](const TrainRun& r) { return r.metrics.back()["mem_step_peak_bytes"].get<double>(); };
+  EXPECT_GT(kept(ckpt), 0);
+  EXPECT_GT(kept(plain), 3 * kept(ckpt)) << kept(plain) << " vs " << kept(ckpt) << " bytes kept for backward";
+  EXPECT_LT(peak(ckpt), peak(plain)) << peak(plain) << " vs " << peak(ckpt) << " bytes at the step's peak";
 }

@@ -3,6 +3,7 @@
 #include "nn/init.h"
 #include "util/text.h"
 
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 
@@ -202,8 +203,10 @@ torch::Tensor FluxPipelineImpl::forward(const torch::Tensor& images, const torch
       // The frozen towers keep no activations (their units are gathered and freed as in
       // inference; they never get a backward).
       torch::NoGradGuard no_grad;
+      const auto t0 = std::chrono::steady_clock::now();
       x0 = encode_images(in[0]);
       text = text_encoder(in[1]);
+      towers_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     return std::vector<torch::Tensor>{flow_matching_loss(dit, x0, in[2], in[3], text.hidden, text.pooled)};
   });

@@ -142,6 +142,9 @@ class FluxPipelineImpl : public nn::HookableModule {
 
   TextEncoder text_encoder{nullptr};
   VideoVae vae{nullptr};
+  // Seconds forward() spent in the frozen towers (gathers included), summed until reset: what
+  // the trainer's step costs beyond the DiT.
+  double towers_seconds = 0.0;
   FluxDiT dit{nullptr};
 
  private:

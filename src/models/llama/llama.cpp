@@ -1,6 +1,7 @@
 #include "models/llama/llama.h"
 
 #include "nn/init.h"
+#include "nn/matmul.h"
 #include "util/text.h"
 
 #include <cmath>
@@ -116,7 +117,7 @@ torch::Tensor LlamaImpl::forward(const torch::Tensor& tokens, KVCache* cache) {
     if (cache != nullptr) cache->length = past + toks.size(1);
     h = norm(h);
     const auto& w = config_.tie_embeddings ? tok_embeddings->weight : output->weight;
-    return torch::matmul(h, w.t());
+    return nn::linear(h, w);
   });
 }
 

@@ -3,6 +3,7 @@
 #include "nn/init.h"
 #include "util/text.h"
 
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 
@@ -143,8 +144,10 @@ torch::Tensor WanPipelineImpl::forward(const torch::Tensor& clips, const torch::
     torch::Tensor x0, txt;
     {
       torch::NoGradGuard no_grad;  // the frozen towers keep no activations
+      const auto t0 = std::chrono::steady_clock::now();
       x0 = vae->encode(in[0], vae->config().chunk_frames).first * config_.latent_scale;
       txt = text_encoder(in[1]).hidden;
+      towers_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     const torch::Tensor s = in[3].view({-1, 1, 1, 1, 1});
     const torch::Tensor xt = (1 - s) * x0 + s * in[2];

@@ -106,6 +106,9 @@ class WanPipelineImpl : public nn::HookableModule {
 
   TextEncoder text_encoder{nullptr};
   VideoVae vae{nullptr};
+  // Seconds forward() spent in the frozen towers (gathers included), summed until reset: what
+  // the trainer's step costs beyond the DiT.
+  double towers_seconds = 0.0;
   WanDiT dit{nullptr};
 
  private:

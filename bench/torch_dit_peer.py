@@ -1,0 +1,184 @@
+#!/usr/bin/python3
+"""PyTorch peer for the DiT benchmark: trains the flux MMDiT of a zeroshard run directory with
+DDP (or DDP + ZeroRedundancyOptimizer) on CPU/gloo, in fp32 or under bf16 autocast, and
+appends per-step and summary JSON lines to --out — the DiT part of bench/speed_suite.py.
+
+  /usr/bin/python3 bench/torch_dit_peer.py --mode ddp|zero --run-dir RUN --nproc 2 \\
+      --out results.jsonl [--steps N] [--warmup K] [--bf16]
+
+The model is tests/models/reference_flux.py (an independent implementation of the DiT, from
+its description), with the DiT's initial weights from RUN/init.safetensors ("dit.*"). Its
+inputs are seeded random tensors of the shapes zeroshard's frozen towers hand the DiT (latents
+[B, z, h, w], text states [B, text_len, text_dim], pooled text [B, text_dim]): the peer times
+the DiT's training step only, so its losses are not comparable with zeroshard's, and
+zeroshard's step also contains the towers (reported as towers_s). Same optimizer, schedule,
+clipping, micro-batch and accumulation as the run's config.json.
+"""
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "models"))
+import torch_peer  # noqa: E402  (read_safetensors, launch, lr_at, warmup_steps, InputError)
+
+FLUX_KEYS = ("dim", "n_heads", "double_blocks", "single_blocks", "mlp_ratio", "patch_size", "rope_theta",
+             "text_dim", "text_len")
+
+
+def load(run_dir):
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isfile(path):
+        raise torch_peer.InputError(f"{path}: file not found")
+    cfg = json.load(open(path))
+    if cfg.get("model", {}).get("series") != "flux":
+        raise torch_peer.InputError(f"{path}: model.series is {cfg.get('model', {}).get('series')!r}, not 'flux'")
+    for k in FLUX_KEYS:
+        if k not in cfg.get("flux", {}):
+            raise torch_peer.InputError(f"{path}: missing key 'flux.{k}'")
+    f, v = cfg["flux"], cfg["vae"]
+    levels = len([c for c in str(v["channel_mult"]).replace("[", "").replace("]", "").split(",") if c.strip()])
+    latent = cfg["data"]["image_size"] // (2 ** (levels - 1))
+    dit_cfg = {k: f[k] for k in FLUX_KEYS if k not in ("text_len",)}
+    dit_cfg["latent_channels"] = v["z_channels"]
+    shapes = {"latent": (v["z_channels"], latent, latent), "text": (f["text_len"], f["text_dim"])}
+    return cfg, dit_cfg, shapes
+
+
+def validate(args):
+    load(args.run_dir)
+    weights = os.path.join(args.run_dir, "init.safetensors")
+    names = [n for n in torch_peer.read_safetensors(weights, want_data=False) if n.startswith("dit.")]
+    if not names:
+        raise torch_peer.InputError(f"{weights}: no 'dit.*' tensors")
+
+
+def run_rank(args):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    import reference_flux
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    cfg, dit_cfg, shapes = load(args.run_dir)
+    t = cfg["train"]
+    steps = args.steps or t["steps"]
+    tensors = torch_peer.read_safetensors(os.path.join(args.run_dir, "init.safetensors"))
+    names = sorted(n[len("dit."):] for n in tensors if n.startswith("dit."))
+    expected = reference_flux.param_shapes(dit_cfg)
+    if sorted(expected) != names:
+        raise torch_peer.InputError(f"init.safetensors: DiT parameters differ from reference_flux's layout "
+                                    f"(missing {sorted(set(expected) - set(names))}, extra {sorted(set(names) - set(expected))})")
+
+    class DiT(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.names = names
+            self.params = torch.nn.ParameterList(
+                [torch.nn.Parameter(torch.from_numpy(tensors["dit." + n][1].copy())) for n in names])
+
+        def forward(self, x0, noise, sigma, txt, pooled):
+            p = dict(zip(self.names, self.params))
+            return reference_flux.forward(p, dit_cfg, x0, noise, sigma, txt, pooled)[1]
+
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
+    model = DiT()
+    ddp = DDP(model)
+    opt_kw = dict(lr=t["lr"], betas=(t["beta1"], t["beta2"]), eps=t["eps"], weight_decay=t["weight_decay"])
+    if args.mode == "zero":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW, **opt_kw)
+    else:
+        opt = torch.optim.AdamW(ddp.parameters(), **opt_kw)
+    amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.bf16 else contextlib.nullcontext
+    peer, prec = f"torch_dit_{args.mode}", ("bf16" if args.bf16 else "fp32")
+    B, ga, clip = t["micro_batch_size"], t["grad_accum"], float(t["clip_grad_norm"])
+    gen = torch.Generator().manual_seed(1000 + rank)
+
+    def inputs():
+        z = torch.randn((B,) + shapes["latent"], generator=gen)
+        return (z, torch.randn(z.shape, generator=gen), torch.sigmoid(torch.randn(B, generator=gen)),
+                torch.randn((B,) + shapes["text"], generator=gen), torch.randn(B, shapes["text"][1], generator=gen))
+
+    records = []
+    for s in range(1, steps + 1):
+        batches = [inputs() for _ in range(ga)]
+        dist.barrier()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        for mi, b in enumerate(batches):
+            with (ddp.no_sync() if mi < ga - 1 else contextlib.nullcontext()):
+                with amp():
+                    loss = ddp(*b)
+                (loss.float() / ga).backward()
+            loss_sum += loss.item()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], clip)
+        lr = torch_peer.lr_at(s, t, steps)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        t_opt = time.perf_counter()
+        opt.step()
+        opt_s = time.perf_counter() - t_opt
+        dist.barrier()
+        dt = time.perf_counter() - t0
+        records.append({"peer": peer, "precision": prec, "step": s, "loss": loss_sum / ga, "step_time_s": dt,
+                        "optimizer_s": opt_s})
+        if rank == 0 and not args.quiet:
+            print(f"[{peer}/{prec}] step {s:4d} loss {loss_sum / ga:.6f} {dt * 1e3:.1f} ms", flush=True)
+
+    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024], dtype=torch.int64)
+    all_rss = [torch.zeros_like(rss) for _ in range(world)]
+    dist.all_gather(all_rss, rss)
+    if rank == 0:
+        timed = records[torch_peer.warmup_steps(args, steps):]
+        med = statistics.median(r["step_time_s"] for r in timed)
+        images = world * ga * B
+        summary = {"peer": peer, "precision": prec, "summary": True, "mode": args.mode, "world_size": world,
+                   "steps": steps, "images_per_step": images, "median_step_time_s": med,
+                   "images_per_s": images / med, "median_optimizer_s": statistics.median(r["optimizer_s"] for r in timed),
+                   "rss_peak_bytes_per_rank": [int(x.item()) for x in all_rss],
+                   "num_params": sum(p.numel() for p in model.parameters())}
+        with open(args.out, "a") as f:
+            for r in records + [summary]:
+                f.write(json.dumps(r) + "\n")
+        print(f"[{peer}/{prec}] median step {med * 1e3:.1f} ms, {images / med:.2f} images/s", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", required=True, choices=["ddp", "zero"])
+    ap.add_argument("--run-dir", required=True, help="a zeroshard flux run directory (config.json, init.safetensors)")
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=0, help="optimizer steps (default: the config's train.steps)")
+    ap.add_argument("--warmup", type=int, default=-1, help="first steps left out of the median (default 2 if > 4 steps)")
+    ap.add_argument("--out", required=True, help="JSONL results file (appended to by rank 0)")
+    ap.add_argument("--bf16", action="store_true", help="forward and loss under torch.autocast('cpu', bfloat16)")
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args()
+    try:
+        if "RANK" in os.environ:
+            run_rank(args)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)  # see torch_peer.py: gloo threads can abort interpreter teardown
+        return torch_peer.launch(args, check=validate, script=__file__)
+    except torch_peer.InputError as e:
+        print(f"torch_dit_peer: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

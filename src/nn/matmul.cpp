@@ -1,0 +1,182 @@
+#include "nn/matmul.h"
+
+#include <torch/autograd.h>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace zeroshard::nn {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+std::atomic<int> g_mode{static_cast<int>(Bf16Matmul::Auto)};
+
+at::Tensor widen(const at::Tensor& t) { return t.defined() ? t.to(at::kFloat) : t; }
+// autograd::Function::apply takes no undefined tensors: an absent bias travels as an empty one.
+at::Tensor bias_arg(const at::Tensor& b, const at::Tensor& like) {
+  return b.defined() ? b : at::empty({0}, like.options());
+}
+at::Tensor bias_of(const at::Tensor& arg) { return arg.numel() == 0 ? at::Tensor() : arg; }
+at::Tensor narrow_to(const at::Tensor& t, const at::Tensor& like) {
+  return t.defined() && like.defined() ? t.to(like.scalar_type()) : at::Tensor();
+}
+
+bool via_fp32(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 &&
+         resolved_bf16_matmul() == Bf16Matmul::ViaFp32;
+}
+
+bool builds_graph(std::initializer_list<at::Tensor> inputs) {
+  if (!torch::autograd::GradMode::is_enabled()) return false;
+  for (const auto& t : inputs) {
+    if (t.defined() && t.requires_grad()) return true;
+  }
+  return false;
+}
+
+// The kernels below keep their bf16 inputs for backward and widen them again there.
+
+struct LinearViaFp32 : torch::autograd::Function<LinearViaFp32> {
+  static at::Tensor run(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    return at::linear(widen(x), widen(w), widen(b)).to(x.scalar_type());
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    ctx->save_for_backward({x, w, b});
+    return {run(x, w, bias_of(b))};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1], b = bias_of(saved[2]);
+    const at::Tensor g = widen(grads[0]);
+    const int64_t in = w.size(1), out = w.size(0);
+    at::Tensor gx, gw, gb;
+    if (ctx->needs_input_grad(0)) gx = narrow_to(at::matmul(g, widen(w)), x);
+    const at::Tensor g2 = g.reshape({-1, out});
+    if (ctx->needs_input_grad(1)) gw = narrow_to(at::mm(g2.t(), widen(x).reshape({-1, in})), w);
+    if (b.defined() && ctx->needs_input_grad(2)) gb = narrow_to(g2.sum(0), b);
+    return {gx, gw, gb};
+  }
+};
+
+struct MatmulViaFp32 : torch::autograd::Function<MatmulViaFp32> {
+  static at::Tensor run(const at::Tensor& a, const at::Tensor& b) {
+    return at::matmul(widen(a), widen(b)).to(a.scalar_type());
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
+    ctx->save_for_backward({a, b});
+    return {run(a, b)};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &a = saved[0], &b = saved[1];
+    const at::Tensor g = widen(grads[0]);
+    at::Tensor ga, gb;
+    if (ctx->needs_input_grad(0)) ga = narrow_to(at::matmul(g, widen(b).transpose(-2, -1)), a);
+    if (ctx->needs_input_grad(1)) gb = narrow_to(at::matmul(widen(a).transpose(-2, -1), g), b);
+    return {ga, gb};
+  }
+};
+
+struct Conv3dViaFp32 : torch::autograd::Function<Conv3dViaFp32> {
+  static at::Tensor run(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::IntArrayRef stride,
+                        at::IntArrayRef padding) {
+    return at::conv3d(widen(x), widen(w), widen(b), stride, padding).to(x.scalar_type());
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                               std::vector<int64_t> stride, std::vector<int64_t> padding) {
+    ctx->save_for_backward({x, w, b});
+    ctx->saved_data["stride"] = stride;
+    ctx->saved_data["padding"] = padding;
+    return {run(x, w, bias_of(b), stride, padding)};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1], b = bias_of(saved[2]);
+    const std::vector<int64_t> stride = ctx->saved_data["stride"].toIntVector();
+    const std::vector<int64_t> padding = ctx->saved_data["padding"].toIntVector();
+    const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                      b.defined() && ctx->needs_input_grad(2)};
+    const std::vector<int64_t> bias_sizes = {w.size(0)};
+    auto [gx, gw, gb] = at::convolution_backward(widen(grads[0]), widen(x), widen(w),
+                                                 b.defined() ? at::OptionalIntArrayRef(bias_sizes) : c10::nullopt,
+                                                 stride, padding, {1, 1, 1}, /*transposed=*/false, {0, 0, 0},
+                                                 /*groups=*/1, mask);
+    return {mask[0] ? narrow_to(gx, x) : at::Tensor(), mask[1] ? narrow_to(gw, w) : at::Tensor(),
+            mask[2] ? narrow_to(gb, b) : at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+Bf16Matmul parse_bf16_matmul(const std::string& name) {
+  if (name == "auto") return Bf16Matmul::Auto;
+  if (name == "native") return Bf16Matmul::Native;
+  if (name == "via_fp32") return Bf16Matmul::ViaFp32;
+  throw std::invalid_argument("bf16 matmul kernel '" + name + "': expected auto, native or via_fp32");
+}
+
+std::string bf16_matmul_name(Bf16Matmul mode) {
+  switch (mode) {
+    case Bf16Matmul::Auto: return "auto";
+    case Bf16Matmul::Native: return "native";
+    case Bf16Matmul::ViaFp32: return "via_fp32";
+  }
+  return "?";
+}
+
+bool cpu_has_bf16_dot_product() {
+  static const bool has = [] {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+      // x86: "flags : ... avx512_bf16 ... amx_bf16"; Arm: "Features : ... bf16".
+      if (line.rfind("flags", 0) != 0 && line.rfind("Features", 0) != 0) continue;
+      std::istringstream words(line.substr(line.find(':') + 1));
+      std::string w;
+      while (words >> w) {
+        if (w == "avx512_bf16" || w == "amx_bf16" || w == "bf16") return true;
+      }
+      return false;  // the first CPU's line speaks for all
+    }
+    return false;
+  }();
+  return has;
+}
+
+void set_bf16_matmul(Bf16Matmul mode) { g_mode.store(static_cast<int>(mode)); }
+
+Bf16Matmul resolved_bf16_matmul() {
+  const auto mode = static_cast<Bf16Matmul>(g_mode.load());
+  if (mode != Bf16Matmul::Auto) return mode;
+  return cpu_has_bf16_dot_product() ? Bf16Matmul::Native : Bf16Matmul::ViaFp32;
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  if (!via_fp32(x, w)) return at::linear(x, w, b);
+  if (!builds_graph({x, w, b})) return LinearViaFp32::run(x, w, b);
+  return LinearViaFp32::apply(x, w, bias_arg(b, w))[0];
+}
+
+at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
+  if (!via_fp32(a, b)) return at::matmul(a, b);
+  if (!builds_graph({a, b})) return MatmulViaFp32::run(a, b);
+  const bool same_batch = a.dim() == b.dim() && a.dim() >= 2 &&
+                          a.sizes().slice(0, a.dim() - 2) == b.sizes().slice(0, b.dim() - 2);
+  if (!same_batch) return at::matmul(widen(a), widen(b)).to(a.scalar_type());  // autograd keeps fp32 copies
+  return MatmulViaFp32::apply(a, b)[0];
+}
+
+at::Tensor conv3d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, std::array<int64_t, 3> stride,
+                  std::array<int64_t, 3> padding) {
+  const std::vector<int64_t> s(stride.begin(), stride.end()), p(padding.begin(), padding.end());
+  if (!via_fp32(x, w)) return at::conv3d(x, w, b, s, p);
+  if (!builds_graph({x, w, b})) return Conv3dViaFp32::run(x, w, b, s, p);
+  return Conv3dViaFp32::apply(x, w, bias_arg(b, w), s, p)[0];
+}
+
+}  // namespace zeroshard::nn

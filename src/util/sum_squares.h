@@ -1,0 +1,14 @@
+// The sum of squares behind global-norm clipping, multithreaded and deterministic: the
+// elements are cut into fixed blocks (by position, not by thread), each block summed in
+// double in a fixed order, the blocks in order. The result depends only on the values and
+// where the array starts — not on the number of threads — so every strategy, which sums the
+// same shards, gets the same bits.
+#pragma once
+
+#include <cstdint>
+
+namespace zeroshard::util {
+
+double sum_of_squares(const float* x, int64_t n);
+
+}  // namespace zeroshard::util

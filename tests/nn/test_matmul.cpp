@@ -1,0 +1,119 @@
+// The bf16 product kernels of src/nn/matmul.h: via_fp32 computes what a bf16 GEMM with fp32
+// accumulation computes (checked against the fp32 product of the same bf16 operands, and
+// against libtorch's native bf16 kernels), its gradients match fp32 autograd, and its graph
+// keeps bf16 operands only (counted at the allocator).
+#include "nn/matmul.h"
+#include "util/tensor_memory.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+using namespace zeroshard;
+
+namespace {
+
+// Restores the process-wide kernel choice after a test.
+struct KernelScope {
+  explicit KernelScope(nn::Bf16Matmul mode) { nn::set_bf16_matmul(mode); }
+  ~KernelScope() { nn::set_bf16_matmul(nn::Bf16Matmul::Auto); }
+};
+
+torch::Tensor bf16_randn(std::vector<int64_t> shape, uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::randn(shape).to(torch::kBFloat16);
+}
+
+// Largest |a - b| relative to the largest |b|.
+double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto af = a.to(torch::kDouble), bf = b.to(torch::kDouble);
+  return (af - bf).abs().max().item<double>() / bf.abs().max().item<double>();
+}
+
+}  // namespace
+
+TEST(Bf16Matmul, NamesParseAndAutoResolvesFromTheCpu) {
+  EXPECT_EQ(nn::parse_bf16_matmul("via_fp32"), nn::Bf16Matmul::ViaFp32);
+  EXPECT_EQ(nn::parse_bf16_matmul("native"), nn::Bf16Matmul::Native);
+  EXPECT_THROW(nn::parse_bf16_matmul("fast"), std::invalid_argument);
+  KernelScope scope(nn::Bf16Matmul::Auto);
+  EXPECT_EQ(nn::resolved_bf16_matmul(),
+            nn::cpu_has_bf16_dot_product() ? nn::Bf16Matmul::Native : nn::Bf16Matmul::ViaFp32);
+}
+
+TEST(Bf16Matmul, ViaFp32ForwardIsTheFp32ProductOfTheBf16OperandsRoundedOnce) {
+  KernelScope scope(nn::Bf16Matmul::ViaFp32);
+  torch::NoGradGuard no_grad;
+  const auto x = bf16_randn({3, 7, 64}, 1), w = bf16_randn({48, 64}, 2), b = bf16_randn({48}, 3);
+  const auto y = nn::linear(x, w, b);
+  ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(y, torch::linear(x.to(torch::kFloat), w.to(torch::kFloat), b.to(torch::kFloat))
+                                   .to(torch::kBFloat16)));
+  const auto a = bf16_randn({2, 3, 16, 32}, 4), c = bf16_randn({2, 3, 32, 8}, 5);
+  EXPECT_TRUE(torch::equal(nn::matmul(a, c),
+                           torch::matmul(a.to(torch::kFloat), c.to(torch::kFloat)).to(torch::kBFloat16)));
+  // The same arithmetic as libtorch's own bf16 kernels, up to the order of the fp32 sums.
+  KernelScope native(nn::Bf16Matmul::Native);
+  const auto y_native = nn::linear(x, w, b);
+  EXPECT_LT(rel_diff(y, y_native), 1e-2);
+}
+
+TEST(Bf16Matmul, ViaFp32GradientsMatchFp32Autograd) {
+  KernelScope scope(nn::Bf16Matmul::ViaFp32);
+  auto check = [](const std::vector<torch::Tensor>& bf16_inputs,
+                  const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& op, const char* what) {
+    std::vector<torch::Tensor> ours, ref;
+    for (const auto& t : bf16_inputs) {
+      ours.push_back(t.clone().requires_grad_(true));
+      ref.push_back(t.to(torch::kFloat).requires_grad_(true));
+    }
+    const auto y = op(ours);
+    const auto upstream = torch::randn(y.sizes());
+    (y.to(torch::kFloat) * upstream).sum().backward();
+    (op(ref) * upstream).sum().backward();
+    for (size_t i = 0; i < ours.size(); ++i) {
+      ASSERT_TRUE(ours[i].grad().defined()) << what << " input " << i;
+      EXPECT_EQ(ours[i].grad().scalar_type(), torch::kBFloat16) << what;
+      EXPECT_LT(rel_diff(ours[i].grad(), ref[i].grad()), 2e-2) << what << " input " << i;
+    }
+  };
+  torch::manual_seed(7);
+  check({bf16_randn({4, 5, 32}, 11), bf16_randn({24, 32}, 12), bf16_randn({24}, 13)},
+        [](const std::vector<torch::Tensor>& t) { return nn::linear(t[0], t[1], t[2]); }, "linear");
+  check({bf16_randn({4, 32}, 14), bf16_randn({24, 32}, 15)},
+        [](const std::vector<torch::Tensor>& t) { return nn::linear(t[0], t[1]); }, "linear without bias");
+  check({bf16_randn({2, 3, 9, 16}, 16), bf16_randn({2, 3, 16, 5}, 17)},
+        [](const std::vector<torch::Tensor>& t) { return nn::matmul(t[0], t[1]); }, "batched matmul");
+  check({bf16_randn({1, 4, 3, 8, 8}, 18), bf16_randn({6, 4, 3, 3, 3}, 19), bf16_randn({6}, 20)},
+        [](const std::vector<torch::Tensor>& t) { return nn::conv3d(t[0], t[1], t[2], {1, 2, 2}, {0, 1, 1}); },
+        "conv3d");
+}
+
+TEST(Bf16Matmul, ViaFp32KeepsOnlyTheBf16OperandsForBackward) {
+  util::track_tensor_memory();
+  KernelScope scope(nn::Bf16Matmul::ViaFp32);
+  const auto x = bf16_randn({256, 512}, 21).requires_grad_(true);
+  const auto w = bf16_randn({512, 512}, 22).requires_grad_(true);
+  const int64_t before = util::live_tensor_bytes();
+  auto y = nn::linear(nn::linear(x, w), w);  // the inner output is an activation kept for backward
+  const int64_t kept = util::live_tensor_bytes() - before;
+  // Kept: the inner output (bf16) and the final output (bf16); the fp32 copies made for the
+  // GEMMs are gone. An fp32-widening composite would keep 2 + 1 fp32 copies on top.
+  EXPECT_EQ(kept, 2 * 256 * 512 * 2);
+  y.to(torch::kFloat).sum().backward();
+  EXPECT_TRUE(x.grad().defined() && w.grad().defined());
+}
+
+TEST(TensorMemory, CountsLiveBytesAndThePeak) {
+  util::track_tensor_memory();
+  ASSERT_TRUE(util::tensor_memory_tracked());
+  util::reset_peak_tensor_bytes();
+  const int64_t base = util::live_tensor_bytes();
+  {
+    auto a = torch::empty({1000}, torch::kFloat);
+    EXPECT_EQ(util::live_tensor_bytes() - base, 4000);
+    { auto b = torch::empty({500}, torch::kDouble); }
+    EXPECT_EQ(util::live_tensor_bytes() - base, 4000);
+    EXPECT_EQ(util::peak_tensor_bytes() - base, 8000);
+  }
+  EXPECT_EQ(util::live_tensor_bytes(), base);
+}
