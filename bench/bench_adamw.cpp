@@ -1,5 +1,5 @@
-// Micro-benchmark: the engine's fused AdamW pass against libtorch's torch::optim::AdamW on
-// the same number of elements, one thread, measured side by side in one run.
+// Micro-benchmark: the engine's fused AdamW pass (on 1 and 2 threads) against libtorch's
+// torch::optim::AdamW (1 thread) on the same number of elements, side by side in one run.
 //   build/bench/zs_bench_adamw --benchmark_min_time=0.5
 #include "zeroshard/optim.h"
 
@@ -7,7 +7,7 @@
 #include <torch/torch.h>
 
 static void BM_FusedAdamW(benchmark::State& state) {
-  torch::set_num_threads(1);
+  torch::set_num_threads(static_cast<int>(state.range(1)));
   const int64_t n = state.range(0);
   auto p = torch::randn({n}), g = torch::randn({n}), m = torch::zeros({n}), v = torch::zeros({n});
   zeroshard::AdamWOptions o;
@@ -29,6 +29,6 @@ static void BM_TorchOptimAdamW(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * n);
 }
 
-BENCHMARK(BM_FusedAdamW)->Arg(1 << 16)->Arg(1 << 22);
+BENCHMARK(BM_FusedAdamW)->ArgNames({"n", "threads"})->Args({1 << 16, 1})->Args({1 << 22, 1})->Args({1 << 22, 2});
 BENCHMARK(BM_TorchOptimAdamW)->Arg(1 << 16)->Arg(1 << 22);
 BENCHMARK_MAIN();

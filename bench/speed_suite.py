@@ -187,32 +187,38 @@ def section_peak(args, res):
         "(the faster bf16 kernel)."])
 
 
-def section_lm(args, res):
-    cfg = "configs/llama/bench_85m.yaml"
-    d = os.path.join(args.out, "lm")
+def side_by_side(args, cfg, name, peer_script, dumps):
+    """zeroshard's four strategies in fp32 and bf16, then the PyTorch peers (DDP fp32, DDP +
+    ZeroRedundancyOptimizer fp32, DDP bf16 autocast) from the first run's dumps. Returns the
+    runs by (name, precision) and the table rows (run, baselines)."""
+    d = os.path.join(args.out, name)
     os.makedirs(d, exist_ok=True)
     runs = {}
     for prec in ("fp32", "bf16"):
         for s in STRATEGIES:
-            extra = ["run.dump_init=true", "run.dump_batches=true"] if (s, prec) == ("no_shard", "fp32") else []
+            extra = dumps if (s, prec) == ("no_shard", "fp32") else []
             runs[("zeroshard " + s, prec)] = zeroshard(
                 args, cfg, os.path.join(d, f"zs_{s}_{prec}"),
                 [f"parallel.strategy={s}", f"mixed_precision.param_dtype={prec}"] + extra)
     src = os.path.join(d, "zs_no_shard_fp32")
-    runs[("torch DDP", "fp32")] = peer(args, "torch_peer.py", "ddp", False, src, os.path.join(d, "ddp_fp32.jsonl"),
-                                       args.steps, args.warmup)
-    runs[("torch ZeroRedundancyOptimizer", "fp32")] = peer(args, "torch_peer.py", "zero", False, src,
-                                                           os.path.join(d, "zero_fp32.jsonl"), args.steps, args.warmup)
-    runs[("torch DDP", "bf16")] = peer(args, "torch_peer.py", "ddp", True, src, os.path.join(d, "ddp_bf16.jsonl"),
-                                       args.peer_bf16_steps, 1)
+    for label, mode, bf16, steps, warmup in (("torch DDP", "ddp", False, args.steps, args.warmup),
+                                             ("torch ZeroRedundancyOptimizer", "zero", False, args.steps, args.warmup),
+                                             ("torch DDP", "ddp", True, args.peer_bf16_steps, 1)):
+        prec = "bf16" if bf16 else "fp32"
+        runs[(label, prec)] = peer(args, peer_script, mode, bf16, src, os.path.join(d, f"{mode}_{prec}.jsonl"), steps,
+                                   warmup)
+    rows = [(n, prec, r, runs[("torch DDP", prec)], runs[("zeroshard no_shard", prec)] if n.startswith("zeroshard") else None)
+            for (n, prec), r in runs.items()]
+    return runs, rows
+
+
+def section_lm(args, res):
+    cfg = "configs/llama/bench_85m.yaml"
+    runs, rows = side_by_side(args, cfg, "lm", "torch_peer.py", ["run.dump_init=true", "run.dump_batches=true"])
     res["lm"] = {f"{k[0]} / {k[1]}": v for k, v in runs.items()}
     base = runs[("zeroshard no_shard", "fp32")]
     flops = lm_flops_per_step(base["config"], args.nproc)
     peak = res.get("peak", {}).get("mfu_denominator")
-    rows = []
-    for (name, prec), r in runs.items():
-        ns = runs[("zeroshard no_shard", prec)] if name.startswith("zeroshard") else None
-        rows.append((name, prec, r, runs[("torch DDP", prec)], ns))
     ddp32 = runs[("torch DDP", "fp32")]
     loss_diff = max(abs(base["losses"][s] - ddp32["losses"][s]) / abs(ddp32["losses"][s]) for s in ddp32["losses"])
     z3b, z3f = runs[("zeroshard optim_grads_params", "bf16")], runs[("zeroshard optim_grads_params", "fp32")]
@@ -263,27 +269,8 @@ def section_ac(args, res):
 
 def section_dit(args, res):
     cfg = "configs/flux/bench_dit.yaml"
-    d = os.path.join(args.out, "dit")
-    os.makedirs(d, exist_ok=True)
-    runs = {}
-    for prec in ("fp32", "bf16"):
-        for s in STRATEGIES:
-            extra = ["run.dump_init=true"] if (s, prec) == ("no_shard", "fp32") else []
-            runs[("zeroshard " + s, prec)] = zeroshard(
-                args, cfg, os.path.join(d, f"zs_{s}_{prec}"),
-                [f"parallel.strategy={s}", f"mixed_precision.param_dtype={prec}"] + extra)
-    src = os.path.join(d, "zs_no_shard_fp32")
-    runs[("torch DDP", "fp32")] = peer(args, "torch_dit_peer.py", "ddp", False, src, os.path.join(d, "ddp_fp32.jsonl"),
-                                       args.steps, args.warmup)
-    runs[("torch ZeroRedundancyOptimizer", "fp32")] = peer(args, "torch_dit_peer.py", "zero", False, src,
-                                                           os.path.join(d, "zero_fp32.jsonl"), args.steps, args.warmup)
-    runs[("torch DDP", "bf16")] = peer(args, "torch_dit_peer.py", "ddp", True, src, os.path.join(d, "ddp_bf16.jsonl"),
-                                       args.peer_bf16_steps, 1)
+    runs, rows = side_by_side(args, cfg, "dit", "torch_dit_peer.py", ["run.dump_init=true"])
     res["dit"] = {f"{k[0]} / {k[1]}": v for k, v in runs.items()}
-    rows = []
-    for (name, prec), r in runs.items():
-        ns = runs[("zeroshard no_shard", prec)] if name.startswith("zeroshard") else None
-        rows.append((name, prec, r, runs[("torch DDP", prec)], ns))
     base = runs[("zeroshard no_shard", "fp32")]
     towers = [f"{name.split()[1]} {prec}: towers {r['towers_s']:.3f} s, DiT part {r['dit_step_s']:.3f} s "
               f"({r['dit_step_s'] / runs[('torch DDP', prec)]['step_s']:.3f}x DDP)"

@@ -15,14 +15,12 @@ zeroshard's step also contains the towers (reported as towers_s). Same optimizer
 clipping, micro-batch and accumulation as the run's config.json.
 """
 import argparse
-import contextlib
 import datetime
 import json
 import os
 import resource
 import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -63,7 +61,6 @@ def validate(args):
 def run_rank(args):
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
     import reference_flux
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -89,18 +86,7 @@ def run_rank(args):
             p = dict(zip(self.names, self.params))
             return reference_flux.forward(p, dit_cfg, x0, noise, sigma, txt, pooled)[1]
 
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
-    model = DiT()
-    ddp = DDP(model)
-    opt_kw = dict(lr=t["lr"], betas=(t["beta1"], t["beta2"]), eps=t["eps"], weight_decay=t["weight_decay"])
-    if args.mode == "zero":
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-        opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW, **opt_kw)
-    else:
-        opt = torch.optim.AdamW(ddp.parameters(), **opt_kw)
-    amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.bf16 else contextlib.nullcontext
-    peer, prec = f"torch_dit_{args.mode}", ("bf16" if args.bf16 else "fp32")
-    B, ga, clip = t["micro_batch_size"], t["grad_accum"], float(t["clip_grad_norm"])
+    B, ga = t["micro_batch_size"], t["grad_accum"]
     gen = torch.Generator().manual_seed(1000 + rank)
 
     def inputs():
@@ -108,33 +94,11 @@ def run_rank(args):
         return (z, torch.randn(z.shape, generator=gen), torch.sigmoid(torch.randn(B, generator=gen)),
                 torch.randn((B,) + shapes["text"], generator=gen), torch.randn(B, shapes["text"][1], generator=gen))
 
-    records = []
-    for s in range(1, steps + 1):
-        batches = [inputs() for _ in range(ga)]
-        dist.barrier()
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        for mi, b in enumerate(batches):
-            with (ddp.no_sync() if mi < ga - 1 else contextlib.nullcontext()):
-                with amp():
-                    loss = ddp(*b)
-                (loss.float() / ga).backward()
-            loss_sum += loss.item()
-        if clip > 0:
-            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], clip)
-        lr = torch_peer.lr_at(s, t, steps)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        t_opt = time.perf_counter()
-        opt.step()
-        opt_s = time.perf_counter() - t_opt
-        dist.barrier()
-        dt = time.perf_counter() - t0
-        records.append({"peer": peer, "precision": prec, "step": s, "loss": loss_sum / ga, "step_time_s": dt,
-                        "optimizer_s": opt_s})
-        if rank == 0 and not args.quiet:
-            print(f"[{peer}/{prec}] step {s:4d} loss {loss_sum / ga:.6f} {dt * 1e3:.1f} ms", flush=True)
+    batches = [[inputs() for _ in range(ga)] for _ in range(steps)]  # made before timing starts
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
+    model = DiT()
+    records = torch_peer.train_steps(args, model, t, steps, f"torch_dit_{args.mode}",
+                                     lambda ddp, s, mi: ddp(*batches[s - 1][mi]))
 
     rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024], dtype=torch.int64)
     all_rss = [torch.zeros_like(rss) for _ in range(world)]
@@ -143,15 +107,16 @@ def run_rank(args):
         timed = records[torch_peer.warmup_steps(args, steps):]
         med = statistics.median(r["step_time_s"] for r in timed)
         images = world * ga * B
-        summary = {"peer": peer, "precision": prec, "summary": True, "mode": args.mode, "world_size": world,
-                   "steps": steps, "images_per_step": images, "median_step_time_s": med,
+        summary = {"peer": f"torch_dit_{args.mode}", "precision": "bf16" if args.bf16 else "fp32", "summary": True,
+                   "mode": args.mode, "world_size": world, "steps": steps, "images_per_step": images, "median_step_time_s": med,
                    "images_per_s": images / med, "median_optimizer_s": statistics.median(r["optimizer_s"] for r in timed),
                    "rss_peak_bytes_per_rank": [int(x.item()) for x in all_rss],
                    "num_params": sum(p.numel() for p in model.parameters())}
         with open(args.out, "a") as f:
             for r in records + [summary]:
                 f.write(json.dumps(r) + "\n")
-        print(f"[{peer}/{prec}] median step {med * 1e3:.1f} ms, {images / med:.2f} images/s", flush=True)
+        print(f"[{summary['peer']}/{summary['precision']}] median step {med * 1e3:.1f} ms, {images / med:.2f} images/s",
+              flush=True)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -293,44 +293,26 @@ def lr_at(s, t, steps):
     return lr_min + 0.5 * (lr_max - lr_min) * (1 + math.cos(math.pi * p))
 
 
-def run_rank(args):
+def train_steps(args, model, t, steps, peer, micro_loss):
+    """DDP (+ ZeroRedundancyOptimizer with --mode zero) training of `model` for `steps` steps of
+    t["grad_accum"] micro-batches, micro_loss(ddp, step, micro) giving each loss: AdamW with the
+    run's hyperparameters, schedule and clipping, fp32 or under bf16 autocast. Every rank
+    returns the per-step records (loss averaged over ranks, wall time between barriers)."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    cfg = load_config(args.run_dir)
-    m, t = cfg["model"], cfg["train"]
-    steps = args.steps or t["steps"]
-    wpath = os.path.join(args.run_dir, "init.safetensors")
-    tensors = read_safetensors(wpath)
-    check_weights(wpath, tensors, m)
-    bpath = check_batches(args.run_dir, rank, t, steps)
-    ga, mbs, T = t["grad_accum"], t["micro_batch_size"], t["seq_len"]
-    data = np.fromfile(bpath, dtype="<i8").reshape(t["steps"], ga, mbs, T + 1)
-    if data.size and (data.min() < 0 or data.max() >= m["vocab_size"]):
-        raise InputError(f"{bpath}: token ids outside [0, {m['vocab_size']}) "
-                         f"(min {data.min()}, max {data.max()})")
-    batches = torch.from_numpy(data.astype(np.int64))
-
-    dist.init_process_group("gloo", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120))
-    model = build_model(m)
-    model.load_state_dict({k: torch.from_numpy(a) for k, (_, a) in tensors.items()}, strict=True)
-    del tensors
+    world, rank = dist.get_world_size(), dist.get_rank()
     ddp = DDP(model)
-    opt_kw = dict(lr=t["lr"], betas=(t["beta1"], t["beta2"]), eps=t["eps"],
-                  weight_decay=t["weight_decay"])
+    opt_kw = dict(lr=t["lr"], betas=(t["beta1"], t["beta2"]), eps=t["eps"], weight_decay=t["weight_decay"])
     if args.mode == "zero":
         from torch.distributed.optim import ZeroRedundancyOptimizer
         opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.AdamW, **opt_kw)
     else:
         opt = torch.optim.AdamW(ddp.parameters(), **opt_kw)
     amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.bf16 else contextlib.nullcontext
-    peer, prec = f"torch_{args.mode}", ("bf16" if args.bf16 else "fp32")
-    clip = float(t["clip_grad_norm"])
-
+    prec = "bf16" if args.bf16 else "fp32"
+    ga, clip = t["grad_accum"], float(t["clip_grad_norm"])
     records = []
     for s in range(1, steps + 1):
         dist.barrier()
@@ -338,12 +320,10 @@ def run_rank(args):
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for mi in range(ga):
-            tok = batches[s - 1, mi]
-            sync = ddp.no_sync() if mi < ga - 1 else contextlib.nullcontext()
-            with sync:
+            with (ddp.no_sync() if mi < ga - 1 else contextlib.nullcontext()):
                 with amp():
-                    loss = ddp(tok[:, :-1], tok[:, 1:])
-                (loss / ga).backward()
+                    loss = micro_loss(ddp, s, mi)
+                (loss.float() / ga).backward()
             loss_sum += loss.item()
         params = [p for p in model.parameters() if p.grad is not None]
         if clip > 0:
@@ -367,6 +347,38 @@ def run_rank(args):
         if rank == 0 and not args.quiet:
             print(f"[{peer}/{prec}] step {s:4d} loss {rec['loss']:.6f} lr {lr:.3e} "
                   f"gnorm {gnorm:.4f} {dt * 1e3:.1f} ms", flush=True)
+    return records
+
+
+def run_rank(args):
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    cfg = load_config(args.run_dir)
+    m, t = cfg["model"], cfg["train"]
+    steps = args.steps or t["steps"]
+    wpath = os.path.join(args.run_dir, "init.safetensors")
+    tensors = read_safetensors(wpath)
+    check_weights(wpath, tensors, m)
+    bpath = check_batches(args.run_dir, rank, t, steps)
+    ga, mbs, T = t["grad_accum"], t["micro_batch_size"], t["seq_len"]
+    data = np.fromfile(bpath, dtype="<i8").reshape(t["steps"], ga, mbs, T + 1)
+    if data.size and (data.min() < 0 or data.max() >= m["vocab_size"]):
+        raise InputError(f"{bpath}: token ids outside [0, {m['vocab_size']}) "
+                         f"(min {data.min()}, max {data.max()})")
+    batches = torch.from_numpy(data.astype(np.int64))
+
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
+    model = build_model(m)
+    model.load_state_dict({k: torch.from_numpy(a) for k, (_, a) in tensors.items()}, strict=True)
+    del tensors
+    records = train_steps(args, model, t, steps, f"torch_{args.mode}",
+                          lambda ddp, s, mi: ddp(batches[s - 1, mi][:, :-1], batches[s - 1, mi][:, 1:]))
+    prec = "bf16" if args.bf16 else "fp32"
+    peer = f"torch_{args.mode}"
 
     rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024], dtype=torch.int64)
     all_rss = [torch.zeros_like(rss) for _ in range(world)]

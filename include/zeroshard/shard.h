@@ -101,7 +101,7 @@ struct ShardOptions {
   // that ran before it; after the optimizer step, of the next forward's first units. At most
   // max_live_units units (besides the root, the running one included) are gathered at once,
   // so prefetch looks max_live_units - 1 units ahead. On by default: without it the compute
-  // thread waits for every gather (measured: ~15 % of the benchmark LM's step, docs/benchmarks.md).
+  // thread waits for every gather (measured: 12 % of the benchmark LM's step, docs/benchmarks.md).
   bool prefetch = true;
   int max_live_units = 2;
   // optim_grads_params: a flat buffer of at most this many elements is not sharded. It stays
@@ -156,6 +156,10 @@ struct MemoryStats {
   int64_t gathered_bytes = 0;        // currently gathered unit parameters (optim_grads_params)
   int64_t gathered_peak_bytes = 0;   // peak of the above since the last reset
   int64_t largest_unit_bytes = 0;    // largest unit's gathered size
+  // Tensors the engine holds only for the moment: gathered units, the bf16 copies gathers
+  // send, gradients on their way through a reduce-scatter. Lets a caller tell the model's own
+  // tensors (activations) from the engine's in a count of live bytes.
+  int64_t transient_bytes = 0;
   int64_t model_state_bytes() const { return params_bytes + grads_bytes + optim_bytes; }
 };
 

@@ -398,6 +398,14 @@ MemoryStats ShardedModel::memory() const {
   }
   m.optim_bytes = optim_bytes_;
   m.gathered_bytes = gathered_bytes_;
+  m.transient_bytes = gathered_bytes_;
+  for (const auto& u : units_) {
+    for (const auto& t : u->gather_sends) m.transient_bytes += static_cast<int64_t>(t.nbytes());
+  }
+  if (open_bucket_) {
+    for (const auto& part : open_bucket_->parts) m.transient_bytes += static_cast<int64_t>(part.local_full.nbytes());
+  }
+  for (const auto& p : pending_) m.transient_bytes += static_cast<int64_t>(p->input.nbytes() + p->reduced.nbytes());
   m.gathered_peak_bytes = gathered_peak_;
   return m;
 }

@@ -283,12 +283,13 @@ int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
         }
       }
       for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
-        const int64_t live_before = util::live_tensor_bytes(), gathered_before = sharded->memory().gathered_bytes;
+        const int64_t live_before = util::live_tensor_bytes(), engine_before = sharded->memory().transient_bytes;
         at::Tensor loss = task->loss(step - 1, micro);
-        // What the graph holds now, less the parameters the engine gathered meanwhile.
+        // What the graph holds now, less what the engine's own transients (gathered units,
+        // their send copies) grew or shrank by meanwhile.
         saved_activation_bytes =
             std::max(saved_activation_bytes, (util::live_tensor_bytes() - live_before) -
-                                                 (sharded->memory().gathered_bytes - gathered_before));
+                                                 (sharded->memory().transient_bytes - engine_before));
         if (cfg.debug_fail_kind == "nan" && cfg.debug_fail_at_step == step && cfg.debug_fail_rank == rank) {
           loss = loss * std::numeric_limits<float>::quiet_NaN();
         }
