@@ -78,7 +78,7 @@ std::shared_ptr<ParamSource> with_tower_files(std::shared_ptr<ParamSource> seede
 // The task of cfg.model_series for this rank (of `world` ranks).
 std::unique_ptr<Task> make_task(const TrainConfig& cfg, int rank, int world);
 
-// Per series (src/train/task_*.cpp).
+// Per series (src/train/task_lm.cpp, task_vae.cpp, task_diffusion.cpp).
 std::unique_ptr<Task> make_language_model_task(const TrainConfig& cfg, int rank, int world);
 std::unique_ptr<Task> make_video_vae_task(const TrainConfig& cfg, int rank, int world);
 std::unique_ptr<Task> make_flux_task(const TrainConfig& cfg, int rank, int world);

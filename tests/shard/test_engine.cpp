@@ -28,10 +28,12 @@ struct ToyResult {
   std::string losses;  // all ranks concatenated
 };
 
-ToyResult run_toy(int world, const std::string& strategy) {
+ToyResult run_toy(int world, const std::string& strategy, const std::string& flag = "") {
   ToyResult res;
   res.dir = make_temp_dir("toy_" + strategy);
-  auto results = run_ranks(ZS_WORKER, {"toy", res.dir, strategy}, world, 120);
+  std::vector<std::string> args{"toy", res.dir, strategy};
+  if (!flag.empty()) args.push_back(flag);
+  auto results = run_ranks(ZS_WORKER, args, world, 120);
   for (int r = 0; r < world; ++r) {
     EXPECT_EQ(results[r].exit_code, 0) << strategy << " rank " << r << " of " << world;
     res.shards.push_back(read_text(res.dir + "/shard.rank" + std::to_string(r) + ".bin"));
@@ -126,6 +128,18 @@ TEST_P(EngineParity, FourStrategiesBitwiseIdenticalAndEqualToPlainLibtorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, EngineParity, ::testing::Values(2, 3));
+
+// no_shard / optim publish the reduced gradient into their full buffers during the backward
+// the caller marks as the last; a caller that never marks one still gets the whole gradient
+// (finish_gradients gathers what is missing): the same bits.
+TEST(EngineParity, UnmarkedLastMicroBatchGivesTheSameBits) {
+  for (const std::string s : {"no_shard", "optim"}) {
+    const ToyResult marked = run_toy(3, s), unmarked = run_toy(3, s, "not_last");
+    EXPECT_EQ(marked.norms, unmarked.norms) << s;
+    EXPECT_EQ(marked.losses, unmarked.losses) << s;
+    for (int r = 0; r < 3; ++r) EXPECT_TRUE(marked.shards[r] == unmarked.shards[r]) << s << " rank " << r;
+  }
+}
 
 TEST(EngineMemory, PerRankModelStateMatchesZeroFormulasAtW4) {
   const int W = 4;

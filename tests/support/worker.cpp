@@ -5,7 +5,8 @@
 //   zs_test_worker collectives OUTDIR
 //   zs_test_worker stall OUTDIR          rank 1 never joins; rank 0 must time out clearly
 //   zs_test_worker die OUTDIR            rank 1 exits mid-job; rank 0 must fail fast
-//   zs_test_worker toy OUTDIR STRATEGY   train the toy model, dump shards/params/norms
+//   zs_test_worker toy OUTDIR STRATEGY [not_last]   train the toy model, dump shards/params/norms
+//                                        (not_last: every micro-batch claims not to be the last)
 //   zs_test_worker memory OUTDIR STRATEGY
 #include "io/safetensors.h"
 #include "models/llama/llama.h"
@@ -156,7 +157,7 @@ int scenario_die(const std::string& out) {
   return 3;
 }
 
-int scenario_toy(const std::string& out, const std::string& strategy) {
+int scenario_toy(const std::string& out, const std::string& strategy, bool not_last) {
   util::set_compute_threads(1);
   auto comm = make_communicator(RendezvousInfo::from_env(), CommOptions{std::chrono::seconds(60), std::chrono::seconds(60)});
   const int W = comm->world_size(), r = comm->rank();
@@ -177,7 +178,7 @@ int scenario_toy(const std::string& out, const std::string& strategy) {
       auto logits = model->forward(batch.narrow(1, 0, testing::ToyModelImpl::kSeq));
       auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, testing::ToyModelImpl::kVocab}),
                                                        batch.narrow(1, 1, testing::ToyModelImpl::kSeq).reshape({-1}));
-      sharded->backward(loss);
+      sharded->backward(loss, /*last_micro_batch=*/!not_last);
       losses << loss.item<float>() << "\n";
     }
     norms << sharded->finish_gradients(testing::ToyRun::kClip) << "\n";
@@ -236,7 +237,7 @@ int main(int argc, char** argv) {
     if (scenario == "collectives") return scenario_collectives(out);
     if (scenario == "stall") return scenario_stall(out);
     if (scenario == "die") return scenario_die(out);
-    if (scenario == "toy") return scenario_toy(out, strategy);
+    if (scenario == "toy") return scenario_toy(out, strategy, argc > 4 && std::string(argv[4]) == "not_last");
     if (scenario == "memory") return scenario_memory(out, strategy);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "worker %s (rank %s): %s\n", scenario.c_str(), std::getenv("RANK"), e.what());
