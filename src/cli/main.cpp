@@ -1,5 +1,6 @@
 // The `zeroshard` command line.
 #include "checkpoint/checkpoint.h"
+#include "reference/reference_check.h"
 #include "report/report.h"
 #include "sample/sample.h"
 #include "train/config.h"
@@ -233,6 +234,18 @@ int main(int argc, char** argv) {
   sample->add_option("--chunk-frames", sample_options.chunk_frames,
                      "vae: frames per chunk (0: whole clip; default: the run's vae.chunk_frames)");
 
+  auto* refcheck = app.add_subcommand(
+      "reference-check",
+      "Check a model against a reference case (config.json, model/inputs/expected.safetensors computed with the "
+      "upstream code): prints max|diff|/max|ref| per output and gradient, exits 1 beyond the case's tolerance");
+  std::string refcheck_dir, refcheck_dtype = "fp32";
+  bool refcheck_list = false, refcheck_quiet = false;
+  refcheck->add_option("case", refcheck_dir, "The case folder");
+  refcheck->add_option("--dtype", refcheck_dtype, "fp32 (the tolerance applies) or fp64 (convention bugs stand out)")
+      ->check(CLI::IsMember({"fp32", "fp64"}));
+  refcheck->add_flag("--list", refcheck_list, "List the known case kinds");
+  refcheck->add_flag("--quiet", refcheck_quiet, "Print only the tensors beyond tolerance and the summary");
+
   CLI11_PARSE(app, argc, argv);
   const char* rank_env = std::getenv("RANK");
   const std::string who = rank_env ? std::string(" (rank ") + rank_env + ")" : std::string();
@@ -254,6 +267,17 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (show->parsed()) return cmd_config_show(show_path, show_overrides);
+    if (refcheck->parsed()) {
+      if (refcheck_list) {
+        for (const auto& k : zeroshard::reference::reference_kinds()) std::printf("%-24s %s\n", k.kind.c_str(), k.what.c_str());
+        return 0;
+      }
+      if (refcheck_dir.empty()) throw std::invalid_argument("reference-check: give a case folder (or --list)");
+      zeroshard::reference::CheckOptions co;
+      co.dtype = refcheck_dtype == "fp64" ? at::kDouble : at::kFloat;
+      co.verbose = !refcheck_quiet;
+      return zeroshard::reference::reference_check(refcheck_dir, std::cout, co) ? 0 : 1;
+    }
   } catch (const std::exception& e) {
     // libtorch errors print without their C++ backtrace; a rank that only lost a peer exits
     // with kExitPeerLost so the launcher blames the rank that failed first.
