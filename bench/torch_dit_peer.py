@@ -6,7 +6,7 @@ appends per-step and summary JSON lines to --out — the DiT part of bench/speed
   /usr/bin/python3 bench/torch_dit_peer.py --mode ddp|zero --run-dir RUN --nproc 2 \\
       --out results.jsonl [--steps N] [--warmup K] [--bf16]
 
-The model is tests/models/reference_flux.py (an independent implementation of the DiT, from
+The model is tests/models/flux/reference_flux.py (an independent implementation of the DiT, from
 its description), with the DiT's initial weights from RUN/init.safetensors ("dit.*"). Its
 inputs are seeded random tensors of the shapes zeroshard's frozen towers hand the DiT (latents
 [B, z, h, w], text states [B, text_len, text_dim], pooled text [B, text_dim]): the peer times
@@ -24,7 +24,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "models"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "models", "flux"))
 import torch_peer  # noqa: E402  (read_safetensors, launch, lr_at, warmup_steps, InputError)
 
 FLUX_KEYS = ("dim", "n_heads", "double_blocks", "single_blocks", "mlp_ratio", "patch_size", "rope_theta",

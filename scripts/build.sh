@@ -7,4 +7,4 @@ export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_f
 JOBS="${JOBS:-2}"
 cmake -S . -B build -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" -DZEROSHARD_WERROR="${ZEROSHARD_WERROR:-OFF}" > build.cmake.log 2>&1 \
   || { cat build.cmake.log; exit 1; }
-cmake --build build -j "$JOBS"
+cmake --build build -j "$JOBS" ${TARGETS:+--target $TARGETS}

@@ -57,14 +57,14 @@ int cmd_train(const std::string& config_path, std::vector<std::string> overrides
     train::TrainConfig sized = cfg;  // the launched ranks apply it again
     train::apply_world_size(sized, inside_job ? rdv.world_size : nproc, inside_job ? rdv.local_world_size : nproc);
   }
-  if (!inside_job && !cfg.resume.empty()) {
+  if (!inside_job && !cfg.train.resume.empty()) {
     // Fails now, before any rank starts, if there is no checkpoint or it is another model's;
     // and every rank loads the same one even if `latest` moves while they start.
     overrides.push_back("train.resume=" + train::checked_resume_checkpoint(cfg));
     cfg = train::load_config(config_path, overrides);
   }
   if (!inside_job && nproc > 1) {
-    if (cfg.run_dir.empty() && cfg.resume.empty()) overrides.push_back("run.dir=" + train::default_run_dir(cfg));
+    if (cfg.run.dir.empty() && cfg.train.resume.empty()) overrides.push_back("run.dir=" + train::default_run_dir(cfg));
     LaunchOptions lo;
     lo.nproc = nproc;
     lo.argv = {self_exe(), "train"};
@@ -82,14 +82,14 @@ int cmd_train(const std::string& config_path, std::vector<std::string> overrides
     throw std::invalid_argument("--nproc " + std::to_string(nproc) + " disagrees with WORLD_SIZE=" +
                                 std::to_string(rdv.world_size) + " of the surrounding launcher");
   }
-  return train::run_training(cfg, rdv);
+  return train::Trainer(cfg, rdv).run();
 }
 
 int cmd_config_show(const std::string& config_path, const std::vector<std::string>& overrides) {
   zeroshard::train::Provenance prov;
   auto cfg = zeroshard::train::load_config(config_path, overrides, &prov);
   for (const auto& [k, v] : zeroshard::train::config_items(cfg)) {
-    std::printf("%-28s %-24s # %s\n", k.c_str(), v.c_str(), prov[k].c_str());
+    std::printf("%-34s %-24s # %s\n", k.c_str(), v.c_str(), prov[k].c_str());
   }
   return 0;
 }
@@ -135,13 +135,7 @@ int cmd_sample(const zeroshard::sample::SampleOptions& o, int nproc) {
   }
   zeroshard::util::set_compute_threads(
       std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, rdv.local_world_size)));
-  const std::string series = sample::checkpoint_series(o.checkpoint);
-  if (series == "vae" || series == "flux" || series == "wan") {
-    const std::string summary = series == "vae" ? sample::reconstruct_clips(o, rdv) : sample::generate_images(o, rdv);
-    if (rdv.rank == 0) std::printf("%s\n", summary.c_str());
-    return 0;
-  }
-  const std::string text = sample::generate_text(o, rdv);
+  const std::string text = sample::run_sample(o, rdv);
   if (rdv.rank == 0) std::printf("%s\n", text.c_str());
   return 0;
 }

@@ -20,7 +20,8 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const at::Tensor vv = H == Hkv ? v : v.repeat_interleave(H / Hkv, 1);
   at::Tensor scores = nn::matmul(q, kk.transpose(-2, -1));
   scores = o.scale ? scores * *o.scale : scores / std::sqrt(static_cast<double>(D));
-  scores = scores.to(at::kFloat);
+  // Softmax in float32 for reduced-precision inputs (float64 stays float64).
+  scores = scores.to(q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
   // keep[b, 1 or H, i, j]: whether query i may see key j.
   at::Tensor keep;
   auto combine = [&keep](const at::Tensor& m) { keep = keep.defined() ? keep.logical_and(m) : m; };

@@ -1,265 +1,152 @@
 #include "train/config.h"
 
+#include "models/series.h"
+#include "nn/layers.h"
 #include "util/text.h"
-#include "zeroshard/shard.h"
 
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
-#include <functional>
 #include <limits>
 #include <set>
-#include <sstream>
-#include <stdexcept>
 
 namespace zeroshard::train {
-namespace {
 
 namespace fs = std::filesystem;
 
-struct Key {
-  std::string name;
-  std::string type;  // int, float, bool, string
-  std::function<void(const std::string&)> set;
-  std::function<std::string()> get;
-  std::string allowed;  // human-readable range
+TrainConfig::TrainConfig() : model(models::find_series(series).make_config()) {}
+TrainConfig::TrainConfig(const TrainConfig& o)
+    : series(o.series),
+      init_from(o.init_from),
+      model(o.model ? o.model->clone() : nullptr),
+      train(o.train),
+      lora(o.lora),
+      mixed_precision(o.mixed_precision),
+      parallel(o.parallel),
+      data(o.data),
+      run(o.run),
+      debug(o.debug),
+      config_path(o.config_path) {}
+TrainConfig& TrainConfig::operator=(const TrainConfig& o) {
+  if (this != &o) *this = TrainConfig(o);
+  return *this;
+}
+TrainConfig::~TrainConfig() = default;
+
+ConfigKeys config_keys(TrainConfig& c) {
+  ConfigKeys k;
+  const int64_t big = std::numeric_limits<int32_t>::max();
+  std::vector<std::string> series_names;
+  for (const auto& s : models::all_series()) series_names.push_back(s.name);
+  // model.series is read before the other keys (it decides which keys exist): see load_config.
+  k.add_string("model.series", &c.series, series_names, "the model series (src/models/<series>/)");
+  k.add_string("model.init_from", &c.init_from, {},
+               "a safetensors file (or index) with every parameter; LoRA: every base parameter");
+
+  TrainSection& t = c.train;
+  k.add_int("train.steps", &t.steps, 1, big, "optimizer steps");
+  k.add_int("train.micro_batch_size", &t.micro_batch_size, 1, 1 << 20, "samples per rank per micro-batch");
+  k.add_int("train.grad_accum", &t.grad_accum, 1, 1 << 20, "micro-batches per optimizer step");
+  k.add_int("train.global_batch_size", &t.global_batch_size, 0, 1 << 30,
+            "samples per step over all ranks (sets train.grad_accum for the world size); 0: off");
+  k.add_float("train.lr", &t.lr, 0.0, 10.0, "peak learning rate (linear warmup, cosine decay)");
+  k.add_float("train.min_lr", &t.min_lr, 0.0, 10.0, "learning rate at the last step");
+  k.add_int("train.warmup_steps", &t.warmup_steps, 0, big, "steps of linear warmup");
+  k.add_float("train.weight_decay", &t.weight_decay, 0.0, 10.0, "AdamW decoupled weight decay");
+  k.add_float("train.beta1", &t.beta1, 0.0, 0.999999, "AdamW beta1");
+  k.add_float("train.beta2", &t.beta2, 0.0, 0.99999999, "AdamW beta2");
+  k.add_float("train.eps", &t.eps, 1e-30, 1.0, "AdamW epsilon");
+  k.add_float("train.clip_grad_norm", &t.clip_grad_norm, 0.0, 1e12, "global gradient-norm clip; 0: off");
+  k.add_int("train.seed", &t.seed, 0, std::numeric_limits<int64_t>::max(), "seed of the initial weights");
+  k.add_bool("train.activation_checkpointing", &t.activation_checkpointing,
+             "recompute each unit in backward instead of keeping its activations");
+  k.add_int("train.log_every", &t.log_every, 1, big, "steps between progress lines");
+  k.add_int("train.save_every", &t.save_every, 0, big, "steps between checkpoints; 0: only the final one");
+  k.add_int("train.keep_last", &t.keep_last, 0, big, "checkpoints kept (newest); 0: all");
+  k.add_bool("train.save_final", &t.save_final, "save after the last step");
+  k.add_bool("train.save_on_signal", &t.save_on_signal, "SIGINT/SIGTERM: save after the step, then exit");
+  k.add_enum<OnNonfinite>("train.on_nonfinite", &t.on_nonfinite,
+                          {{"abort", OnNonfinite::Abort}, {"skip", OnNonfinite::Skip}},
+                          "a NaN/Inf loss or gradient norm: stop every rank, or skip the step on all");
+  k.add_string("train.resume", &t.resume, {}, "a checkpoint, checkpoints folder or run folder to continue from");
+
+  k.add_int("lora.rank", &c.lora.rank, 0, 1 << 16, "LoRA rank; 0: off (full training)");
+  k.add_float("lora.alpha", &c.lora.alpha, 0.0, 1e6, "LoRA alpha (the adapter is scaled by alpha / rank)");
+  k.add_string("lora.targets", &c.lora.targets, {}, "comma-separated last names of the Linear layers to adapt");
+
+  const std::vector<std::pair<std::string, DType>> dtypes = {{"fp32", DType::FP32}, {"bf16", DType::BF16}};
+  k.add_enum<DType>("mixed_precision.param_dtype", &c.mixed_precision.param_dtype, dtypes,
+                    "dtype of gathers and compute (masters and AdamW state stay fp32)");
+  k.add_enum<DType>("mixed_precision.reduce_dtype", &c.mixed_precision.reduce_dtype, dtypes,
+                    "dtype of the gradient reduce-scatters (accumulated in fp32)");
+  k.add_enum<Bf16Matmul>("mixed_precision.bf16_matmul", &c.mixed_precision.bf16_matmul,
+                         {{"auto", Bf16Matmul::Auto}, {"native", Bf16Matmul::Native}, {"via_fp32", Bf16Matmul::ViaFp32}},
+                         "how bf16 products run (src/nn/matmul.h)");
+
+  ParallelSection& p = c.parallel;
+  // parse_strategy accepts the zero-stage aliases and lists the valid names.
+  k.add_custom("parallel.strategy", "enum", "no_shard, optim, optim_grads, optim_grads_params, or a zero stage 0-3",
+               "what is sharded: optimizer state, + gradients, + parameters",
+               [&p](const std::string& v) { p.strategy = parse_strategy(v); },
+               [&p] { return strategy_name(p.strategy); });
+  k.add_int("parallel.zero_stage", &p.zero_stage, -1, 3,
+            "alias of parallel.strategy (DeepSpeed's numbering 0-3); -1: not set");
+  k.add_float("parallel.comm_timeout_s", &p.comm_timeout_s, 1.0, 86400.0, "timeout of every collective");
+  k.add_int("parallel.threads", &p.threads, 0, 1024, "intra-op threads per rank; 0: cores / local ranks");
+  k.add_bool("parallel.prefetch", &p.prefetch, "ZeRO-3 gathers the next units while one computes");
+  k.add_int("parallel.max_live_units", &p.max_live_units, 1, 1 << 20, "gathered units at once with prefetch");
+  k.add_int("parallel.persistence_threshold", &p.persistence_threshold, 0, big,
+            "ZeRO-3 keeps buffers of at most this many elements replicated");
+  k.add_int("parallel.reduce_bucket_bytes", &p.reduce_bucket_bytes, 0, big,
+            "gradients smaller than this share one reduce-scatter");
+  k.add_bool("parallel.hybrid", &p.hybrid, "shard within groups of ranks, replicate across the groups");
+  k.add_int("parallel.shard_group_size", &p.shard_group_size, 0, 1 << 20,
+            "hybrid: ranks per shard group; 0: the ranks of one host");
+
+  k.add_int("data.seed", &c.data.seed, 0, std::numeric_limits<int64_t>::max(), "seed of the data order and noise");
+
+  k.add_string("run.dir", &c.run.dir, {}, "the run folder; default runs/<config>-<timestamp>");
+  k.add_bool("run.dump_init", &c.run.dump_init, "write <run>/init.safetensors (the initial weights)");
+  k.add_bool("run.dump_batches", &c.run.dump_batches, "write <run>/batches.rank<r>.bin (each rank's inputs)");
+  k.add_bool("run.dump_final_shards", &c.run.dump_final_shards, "write <run>/final_shard.rank<r>.bin");
+  k.add_bool("run.progress", &c.run.progress, "print progress on rank 0");
+  k.add_int("run.max_rss_mb", &c.run.max_rss_mb, 0, big, "fail a rank whose peak RSS exceeds this; 0: off");
+
+  DebugSection& d = c.debug;
+  k.add_int("debug.fail_at_step", &d.fail_at_step, 0, big, "fault injection: the step (0: off)");
+  k.add_int("debug.fail_rank", &d.fail_rank, 0, 1 << 20, "fault injection: the rank");
+  k.add_bool("debug.check_desync", &d.check_desync, "ranks compare every collective before running it");
+  k.add_enum<nn::RecomputeCheck>("debug.check_recompute", &d.check_recompute,
+                                 {{"off", nn::RecomputeCheck::Off},
+                                  {"shape", nn::RecomputeCheck::Shape},
+                                  {"bitwise", nn::RecomputeCheck::Bitwise}},
+                                 "verify activation-checkpointing recomputes against their forward");
+  k.add_enum<FailKind>("debug.fail_kind", &d.fail_kind,
+                       {{"exception", FailKind::Exception},
+                        {"sigkill", FailKind::Sigkill},
+                        {"sigkill_in_save", FailKind::SigkillInSave},
+                        {"nan", FailKind::Nan},
+                        {"desync", FailKind::Desync}},
+                       "fault injection: throw, SIGKILL, SIGKILL halfway through saving, NaN loss, extra barrier");
+  c.model->register_keys(k);
+  return k;
+}
+
+namespace {
+
+struct Item {
+  std::string key, value, source;
 };
 
-// Shortest text that parses back to the same double.
-std::string to_text(double v) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, r.ptr);
-}
-
-std::vector<Key> registry(TrainConfig& c) {
-  std::vector<Key> keys;
-  auto add_int = [&](const std::string& name, int64_t* p, int64_t lo, int64_t hi) {
-    keys.push_back({name, "int",
-                    [=](const std::string& v) {
-                      size_t used = 0;
-                      long long x = 0;
-                      try {
-                        x = std::stoll(v, &used);
-                      } catch (...) {
-                        used = 0;
-                      }
-                      if (used != v.size() || v.empty()) throw std::invalid_argument("'" + v + "' is not an integer");
-                      if (x < lo || x > hi) {
-                        throw std::invalid_argument(v + " is out of range [" + std::to_string(lo) + ", " +
-                                                    std::to_string(hi) + "]");
-                      }
-                      *p = x;
-                    },
-                    [=] { return std::to_string(*p); }, "integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]"});
-  };
-  auto add_float = [&](const std::string& name, double* p, double lo, double hi) {
-    keys.push_back({name, "float",
-                    [=](const std::string& v) {
-                      size_t used = 0;
-                      double x = 0;
-                      try {
-                        x = std::stod(v, &used);
-                      } catch (...) {
-                        used = 0;
-                      }
-                      if (used != v.size() || v.empty()) throw std::invalid_argument("'" + v + "' is not a number");
-                      if (!(x >= lo && x <= hi)) {
-                        throw std::invalid_argument(v + " is out of range [" + to_text(lo) + ", " + to_text(hi) + "]");
-                      }
-                      *p = x;
-                    },
-                    [=] { return to_text(*p); }, "number in [" + to_text(lo) + ", " + to_text(hi) + "]"});
-  };
-  auto add_bool = [&](const std::string& name, bool* p) {
-    keys.push_back({name, "bool",
-                    [=](const std::string& v) {
-                      if (v == "true" || v == "1" || v == "yes" || v == "on") *p = true;
-                      else if (v == "false" || v == "0" || v == "no" || v == "off") *p = false;
-                      else throw std::invalid_argument("'" + v + "' is not a boolean (true/false)");
-                    },
-                    [=] { return std::string(*p ? "true" : "false"); }, "true or false"});
-  };
-  auto add_string = [&](const std::string& name, std::string* p, std::vector<std::string> choices) {
-    std::string allowed = "any string";
-    if (!choices.empty()) {
-      allowed = "one of:";
-      for (auto& ch : choices) allowed += " " + ch;
-    }
-    keys.push_back({name, "string",
-                    [=](const std::string& v) {
-                      if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end()) {
-                        throw std::invalid_argument("'" + v + "' is not allowed");
-                      }
-                      *p = v;
-                    },
-                    [=] { return *p; }, allowed});
-  };
-  const int64_t big = std::numeric_limits<int32_t>::max();
-  add_string("model.series", &c.model_series, {"llama", "moe", "vae", "flux", "wan"});
-  add_int("model.vocab_size", &c.llama.vocab_size, 1, big);
-  add_int("model.dim", &c.llama.dim, 1, big);
-  add_int("model.n_layers", &c.llama.n_layers, 0, 10000);
-  add_int("model.n_heads", &c.llama.n_heads, 1, 10000);
-  add_int("model.n_kv_heads", &c.llama.n_kv_heads, 1, 10000);
-  add_int("model.ffn_hidden", &c.llama.ffn_hidden, 1, big);
-  add_float("model.norm_eps", &c.llama.norm_eps, 1e-12, 1.0);
-  add_float("model.rope_theta", &c.llama.rope_theta, 1.0, 1e9);
-  add_bool("model.tie_embeddings", &c.llama.tie_embeddings);
-  add_int("model.max_seq_len", &c.llama.max_seq_len, 1, 1 << 20);
-  add_int("model.n_experts", &c.llama.moe.n_experts, 0, 4096);
-  add_int("model.top_k", &c.llama.moe.top_k, 1, 4096);
-  add_int("model.shared_expert_hidden", &c.llama.moe.shared_expert_hidden, 0, big);
-  add_float("model.aux_loss_coef", &c.llama.moe.aux_loss_coef, 0.0, 100.0);
-  add_string("model.init_from", &c.init_from, {});
-  add_int("vae.base_channels", &c.vae.base_channels, 1, 1 << 16);
-  keys.push_back({"vae.channel_mult", "string",
-                  [&c](const std::string& v) { c.vae.channel_mult = models::parse_int_list("vae.channel_mult", v); },
-                  [&c] { return models::int_list_text(c.vae.channel_mult); },
-                  "a list of integers >= 1, one per level, e.g. [1, 2, 2]"});
-  keys.push_back({"vae.temporal_down", "string",
-                  [&c](const std::string& v) { c.vae.temporal_down = models::parse_bool_list("vae.temporal_down", v); },
-                  [&c] { return models::bool_list_text(c.vae.temporal_down); },
-                  "a list of true/false, one per downsampling (levels - 1), e.g. [false, true]"});
-  add_int("vae.z_channels", &c.vae.z_channels, 1, 1 << 16);
-  add_int("vae.num_res_blocks", &c.vae.num_res_blocks, 1, 64);
-  add_float("vae.norm_eps", &c.vae.norm_eps, 1e-12, 1.0);
-  add_float("vae.kl_weight", &c.vae.kl_weight, 0.0, 1e6);
-  add_int("vae.chunk_frames", &c.vae.chunk_frames, 0, 1 << 20);
-  add_int("flux.dim", &c.flux.dim, 4, 1 << 16);
-  add_int("flux.n_heads", &c.flux.n_heads, 1, 1024);
-  add_int("flux.double_blocks", &c.flux.double_blocks, 0, 1024);
-  add_int("flux.single_blocks", &c.flux.single_blocks, 0, 1024);
-  add_int("flux.mlp_ratio", &c.flux.mlp_ratio, 1, 64);
-  add_int("flux.patch_size", &c.flux.patch_size, 1, 64);
-  add_float("flux.rope_theta", &c.flux.rope_theta, 1.0, 1e9);
-  add_float("flux.latent_scale", &c.flux.latent_scale, 1e-6, 1e6);
-  // The diffusion pipelines' frozen towers: the text encoder's shape and both towers' files.
-  auto add_towers = [&](const std::string& series, models::TextEncoderConfig& t, std::string* vae_from,
-                        std::string* text_from) {
-    add_int(series + ".text_dim", &t.dim, 2, 1 << 16);
-    add_int(series + ".text_layers", &t.n_layers, 0, 1024);
-    add_int(series + ".text_heads", &t.n_heads, 1, 1024);
-    add_int(series + ".text_ffn_hidden", &t.ffn_hidden, 1, 1 << 20);
-    add_int(series + ".text_len", &t.max_len, 1, 4096);
-    add_string(series + ".vae_from", vae_from, {});
-    add_string(series + ".text_encoder_from", text_from, {});
-  };
-  add_towers("flux", c.flux.text, &c.flux_vae_from, &c.flux_text_encoder_from);
-  add_int("wan.dim", &c.wan.dim, 6, 1 << 16);
-  add_int("wan.n_heads", &c.wan.n_heads, 1, 1024);
-  add_int("wan.layers", &c.wan.layers, 0, 1024);
-  add_int("wan.ffn_hidden", &c.wan.ffn_hidden, 1, 1 << 20);
-  add_int("wan.patch_size", &c.wan.patch_size, 1, 64);
-  add_float("wan.rope_theta", &c.wan.rope_theta, 1.0, 1e9);
-  add_float("wan.latent_scale", &c.wan.latent_scale, 1e-6, 1e6);
-  add_towers("wan", c.wan.text, &c.wan_vae_from, &c.wan_text_encoder_from);
-  add_int("lora.rank", &c.lora_rank, 0, 1 << 16);
-  add_float("lora.alpha", &c.lora_alpha, 0.0, 1e6);
-  add_string("lora.targets", &c.lora_targets, {});
-  add_int("train.steps", &c.steps, 1, big);
-  add_int("train.micro_batch_size", &c.micro_batch_size, 1, 1 << 20);
-  add_int("train.grad_accum", &c.grad_accum, 1, 1 << 20);
-  add_int("train.global_batch_size", &c.global_batch_size, 0, 1 << 30);
-  add_int("train.seq_len", &c.seq_len, 1, 1 << 20);
-  add_float("train.lr", &c.lr, 0.0, 10.0);
-  add_float("train.min_lr", &c.min_lr, 0.0, 10.0);
-  add_int("train.warmup_steps", &c.warmup_steps, 0, big);
-  add_float("train.weight_decay", &c.weight_decay, 0.0, 10.0);
-  add_float("train.beta1", &c.beta1, 0.0, 0.999999);
-  add_float("train.beta2", &c.beta2, 0.0, 0.99999999);
-  add_float("train.eps", &c.eps, 1e-30, 1.0);
-  add_float("train.clip_grad_norm", &c.clip_grad_norm, 0.0, 1e12);
-  add_int("train.seed", &c.seed, 0, std::numeric_limits<int64_t>::max());
-  add_bool("train.activation_checkpointing", &c.activation_checkpointing);
-  add_string("mixed_precision.param_dtype", &c.param_dtype, {"fp32", "bf16"});
-  add_string("mixed_precision.reduce_dtype", &c.reduce_dtype, {"fp32", "bf16"});
-  add_string("mixed_precision.bf16_matmul", &c.bf16_matmul, {"auto", "native", "via_fp32"});
-  add_int("train.log_every", &c.log_every, 1, big);
-  add_int("train.save_every", &c.save_every, 0, big);
-  add_int("train.keep_last", &c.keep_last, 0, big);
-  add_bool("train.save_final", &c.save_final);
-  add_bool("train.save_on_signal", &c.save_on_signal);
-  add_string("train.on_nonfinite", &c.on_nonfinite, {"abort", "skip"});
-  add_string("train.resume", &c.resume, {});
-  keys.push_back({"parallel.strategy", "string",
-                  // parse_strategy accepts the zero-stage aliases and lists the valid names.
-                  [&c](const std::string& v) { c.strategy = strategy_name(parse_strategy(v)); },
-                  [&c] { return c.strategy; },
-                  "no_shard, optim, optim_grads, optim_grads_params, or a zero stage 0-3"});
-  add_int("parallel.zero_stage", &c.zero_stage, 0, 3);
-  add_float("parallel.comm_timeout_s", &c.comm_timeout_s, 1.0, 86400.0);
-  add_int("parallel.threads", &c.threads, 0, 1024);
-  add_bool("parallel.prefetch", &c.prefetch);
-  add_int("parallel.max_live_units", &c.max_live_units, 1, 1 << 20);
-  add_int("parallel.persistence_threshold", &c.persistence_threshold, 0, big);
-  add_int("parallel.reduce_bucket_bytes", &c.reduce_bucket_bytes, 0, big);
-  add_bool("parallel.hybrid", &c.hybrid);
-  add_int("parallel.shard_group_size", &c.shard_group_size, 0, 1 << 20);
-  add_string("data.source", &c.data_source, {"system_text", "synthetic", "file", "shapes"});
-  add_string("data.path", &c.data_path, {});
-  add_int("data.synthetic_bytes", &c.data_synthetic_bytes, 1024, int64_t{1} << 34);
-  add_int("data.seed", &c.data_seed, 0, std::numeric_limits<int64_t>::max());
-  add_int("data.frames", &c.frames, 1, 1 << 16);
-  add_int("data.image_size", &c.image_size, 1, 1 << 16);
-  add_string("run.dir", &c.run_dir, {});
-  add_bool("run.dump_init", &c.dump_init);
-  add_bool("run.dump_batches", &c.dump_batches);
-  add_bool("run.dump_final_shards", &c.dump_final_shards);
-  add_bool("run.progress", &c.progress);
-  add_int("run.max_rss_mb", &c.max_rss_mb, 0, big);
-  add_int("debug.fail_at_step", &c.debug_fail_at_step, 0, big);
-  add_int("debug.fail_rank", &c.debug_fail_rank, 0, 1 << 20);
-  add_bool("debug.check_desync", &c.check_desync);
-  add_string("debug.check_recompute", &c.check_recompute, {"off", "shape", "bitwise"});
-  add_string("debug.fail_kind", &c.debug_fail_kind, {"exception", "sigkill", "sigkill_in_save", "nan", "desync"});
-  return keys;
-}
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-Key& find_key(std::vector<Key>& keys, const std::string& name, const std::string& where) {
-  for (auto& k : keys) {
-    if (k.name == name) return k;
-  }
-  const Key* best = nullptr;
-  size_t best_d = std::numeric_limits<size_t>::max();
-  for (const auto& k : keys) {
-    size_t d = edit_distance(name, k.name);
-    // also compare the last path component, so "train.stpes" and "stpes" both find train.steps
-    const auto dot = k.name.rfind('.');
-    if (dot != std::string::npos) d = std::min(d, edit_distance(name, k.name.substr(dot + 1)) + 1);
-    if (d < best_d) {
-      best_d = d;
-      best = &k;
-    }
-  }
-  throw std::invalid_argument(where + ": unknown config key '" + name + "'" +
-                              (best ? "; did you mean '" + best->name + "'?" : std::string()));
-}
-
-void flatten(const YAML::Node& node, const std::string& prefix, const std::string& file,
-             std::vector<std::pair<std::string, std::string>>& out) {
+void flatten(const YAML::Node& node, const std::string& prefix, const std::string& file, std::vector<Item>& out) {
   if (node.IsMap()) {
     for (const auto& kv : node) {
       const std::string key = kv.first.as<std::string>();
       flatten(kv.second, prefix.empty() ? key : prefix + "." + key, file, out);
     }
   } else if (node.IsScalar()) {
-    out.emplace_back(prefix, node.Scalar());
+    out.push_back({prefix, node.Scalar(), file});
   } else if (node.IsSequence()) {
     // A list of scalars (e.g. vae.channel_mult: [1, 2, 2]) reaches its key as "1,2,2".
     std::string joined;
@@ -267,7 +154,7 @@ void flatten(const YAML::Node& node, const std::string& prefix, const std::strin
       if (!item.IsScalar()) throw std::invalid_argument(file + ": key '" + prefix + "' must be a list of plain values");
       joined += (joined.empty() ? "" : ",") + item.Scalar();
     }
-    out.emplace_back(prefix, joined);
+    out.push_back({prefix, joined, file});
   } else if (node.IsNull()) {
     throw std::invalid_argument(file + ": key '" + prefix + "' has no value");
   } else {
@@ -275,7 +162,7 @@ void flatten(const YAML::Node& node, const std::string& prefix, const std::strin
   }
 }
 
-void load_file(const std::string& path, std::vector<Key>& keys, Provenance* prov, std::set<std::string>& chain) {
+void read_file(const std::string& path, std::vector<Item>& items, std::set<std::string>& chain) {
   const std::string canon = fs::weakly_canonical(path).string();
   if (!chain.insert(canon).second) throw std::invalid_argument(path + ": 'base' inheritance forms a cycle");
   if (!fs::exists(path)) throw std::invalid_argument("config file '" + path + "' does not exist");
@@ -289,253 +176,215 @@ void load_file(const std::string& path, std::vector<Key>& keys, Provenance* prov
   if (root["base"]) {
     fs::path base = root["base"].as<std::string>();
     if (base.is_relative()) base = fs::path(path).parent_path() / base;
-    load_file(base.string(), keys, prov, chain);
+    read_file(base.string(), items, chain);
   }
-  std::vector<std::pair<std::string, std::string>> items;
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
     if (key == "base") continue;
     flatten(kv.second, key, path, items);
   }
-  for (const auto& [k, v] : items) {
-    Key& key = find_key(keys, k, path);
-    try {
-      key.set(v);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(path + ": " + k + ": " + e.what() + " (expected " + key.allowed + ")");
-    }
-    if (prov) (*prov)[k] = path;
+}
+
+// A key this run's series does not know: the series that have it, or the closest known key.
+[[noreturn]] void unknown_key(const ConfigKeys& keys, const TrainConfig& c, const std::string& name,
+                              const std::string& value, const std::string& where) {
+  std::string owners;
+  for (const auto& s : models::all_series()) {
+    if (s.name == c.series) continue;
+    TrainConfig other;
+    other.series = s.name;
+    other.model = s.make_config();
+    if (config_keys(other).find(name) != nullptr) owners += (owners.empty() ? "" : ", ") + s.name;
   }
+  if (!owners.empty()) {
+    throw std::invalid_argument(where + ": " + name + "=" + value + " applies to model.series: " + owners + ", not " +
+                                c.series);
+  }
+  keys.get(name, where);  // throws "unknown config key ...; did you mean ..."
+  throw std::logic_error("unreachable");
 }
 
 }  // namespace
 
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides, Provenance* provenance) {
-  TrainConfig c;
-  Provenance local;
-  if (provenance == nullptr) provenance = &local;
-  auto keys = registry(c);
-  if (provenance) {
-    for (const auto& k : keys) (*provenance)[k.name] = "default";
-  }
+  std::vector<Item> items;
   if (!path.empty()) {
     std::set<std::string> chain;
-    load_file(path, keys, provenance, chain);
-    c.config_path = path;
+    read_file(path, items, chain);
   }
   for (const auto& o : overrides) {
     const auto eq = o.find('=');
     if (eq == std::string::npos || eq == 0) {
       throw std::invalid_argument("--set '" + o + "': expected key=value, e.g. --set train.steps=100");
     }
-    const std::string k = o.substr(0, eq), v = o.substr(eq + 1);
-    Key& key = find_key(keys, k, "--set");
+    items.push_back({o.substr(0, eq), o.substr(eq + 1), "--set"});
+  }
+  // model.series decides which keys exist: the last value given wins.
+  TrainConfig c;
+  for (const auto& it : items) {
+    if (it.key != "model.series") continue;
     try {
-      key.set(v);
+      models::find_series(it.value);
     } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument("--set " + k + ": " + e.what() + " (expected " + key.allowed + ")");
+      throw std::invalid_argument((it.source == "--set" ? "--set" : it.source) + ": model.series: " + e.what());
     }
-    if (provenance) (*provenance)[k] = "--set";
+    c.series = it.value;
+  }
+  c.model = models::find_series(c.series).make_config();
+  if (!path.empty()) c.config_path = path;
+
+  Provenance local;
+  if (provenance == nullptr) provenance = &local;
+  ConfigKeys keys = config_keys(c);
+  for (const auto& k : keys.all()) (*provenance)[k.name] = "default";
+  for (const auto& it : items) {
+    const std::string where = it.source;
+    const ConfigKey* key = keys.find(it.key);
+    if (key == nullptr) unknown_key(keys, c, it.key, it.value, where);
+    try {
+      key->set(it.value);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(where + (where == "--set" ? " " : ": ") + it.key + ": " + e.what() + " (expected " +
+                                  key->allowed + ")");
+    }
+    (*provenance)[it.key] = it.source;
   }
   // parallel.strategy and its alias parallel.zero_stage: the later source wins (--set over a
   // file over the default); the same source giving both, differently, is an error.
-  if (c.zero_stage >= 0) {
+  ParallelSection& p = c.parallel;
+  if (p.zero_stage >= 0) {
     auto level = [](const std::string& from) { return from == "default" ? 0 : from == "--set" ? 2 : 1; };
-    const std::string from_stage = strategy_name(strategy_from_zero_stage(static_cast<int>(c.zero_stage)));
+    const Strategy from_stage = strategy_from_zero_stage(static_cast<int>(p.zero_stage));
     const std::string& sp = (*provenance)["parallel.strategy"];
     const std::string& zp = (*provenance)["parallel.zero_stage"];
-    if (from_stage != c.strategy) {
+    if (from_stage != p.strategy) {
       if (level(sp) == level(zp)) {
-        throw std::invalid_argument("parallel.zero_stage=" + std::to_string(c.zero_stage) + " (" + from_stage +
-                                    ", from " + zp + ") contradicts parallel.strategy=" + c.strategy + " (from " +
-                                    sp + "); set only one of them");
+        throw std::invalid_argument("parallel.zero_stage=" + std::to_string(p.zero_stage) + " (" +
+                                    strategy_name(from_stage) + ", from " + zp + ") contradicts parallel.strategy=" +
+                                    strategy_name(p.strategy) + " (from " + sp + "); set only one of them");
       }
-      if (level(sp) > level(zp)) c.zero_stage = static_cast<int64_t>(parse_strategy(c.strategy));
+      if (level(sp) > level(zp)) p.zero_stage = static_cast<int64_t>(p.strategy);
     }
   }
   validate(c);
   return c;
 }
 
-namespace {
-
-// A key of another series' model or data, changed from its default, would be silently
-// ignored: name it instead.
-void check_series_keys(const TrainConfig& c) {
-  const bool lm = c.model_series == "llama" || c.model_series == "moe";
-  auto lm_only = [](const std::string& k) {
-    return (k.rfind("model.", 0) == 0 && k != "model.series" && k != "model.init_from") || k == "train.seq_len" ||
-           k == "data.path" || k == "data.synthetic_bytes";
-  };
-  // Which series each other key applies to (the flux pipeline's VAE tower takes vae.*).
-  auto owners = [](const std::string& k) -> std::vector<std::string> {
-    if (k.rfind("vae.", 0) == 0) return {"vae", "flux", "wan"};
-    if (k == "data.frames") return {"vae", "wan"};
-    if (k.rfind("flux.", 0) == 0) return {"flux"};
-    if (k.rfind("wan.", 0) == 0) return {"wan"};
-    if (k.rfind("lora.", 0) == 0) return {"llama", "moe", "flux", "wan"};
-    return {};
-  };
-  const auto now = config_items(c);
-  const auto defaults = config_items(TrainConfig());
-  for (size_t i = 0; i < now.size(); ++i) {
-    const std::string& key = now[i].first;
-    if (now[i].second == defaults[i].second) continue;
-    if (!lm && lm_only(key)) {
-      throw std::invalid_argument(key + "=" + now[i].second + " applies to the language-model series (llama, moe), not " +
-                                  c.model_series);
-    }
-    const auto series = owners(key);
-    if (!series.empty() && std::find(series.begin(), series.end(), c.model_series) == series.end()) {
-      std::string names;
-      for (const auto& s : series) names += (names.empty() ? "" : ", ") + s;
-      throw std::invalid_argument(key + "=" + now[i].second + " applies to model.series: " + names + ", not " +
-                                  c.model_series);
-    }
-  }
-  const bool clips = c.data_source == "shapes";
-  if (!lm && !clips) {
-    throw std::invalid_argument("model.series: " + c.model_series + " trains on generated clips: set data.source: shapes (got " +
-                                c.data_source + ")");
-  }
-  if (lm && clips) {
-    throw std::invalid_argument("data.source: shapes makes clips, not text; model.series: " + c.model_series +
-                                " needs system_text, synthetic or file");
-  }
-}
-
-}  // namespace
-
 void validate(TrainConfig& c) {
-  if (c.zero_stage >= 0) {
-    // The alias sets the strategy (load_config rejects contradicting both).
-    c.strategy = strategy_name(strategy_from_zero_stage(static_cast<int>(c.zero_stage)));
+  ParallelSection& p = c.parallel;
+  // The alias sets the strategy (load_config rejects contradicting both).
+  if (p.zero_stage >= 0) p.strategy = strategy_from_zero_stage(static_cast<int>(p.zero_stage));
+  const models::Series& series = models::find_series(c.series);
+  const TrainConfig defaults;
+  if (c.lora.rank > 0 && !series.supports_lora) {
+    throw std::invalid_argument("lora.rank=" + std::to_string(c.lora.rank) + ": model.series " + c.series +
+                                " has no LoRA adapters");
   }
-  parse_strategy(c.strategy);
-  check_series_keys(c);
-  if (c.model_series == "llama" && !(c.llama.moe == models::MoeConfig{})) {
-    throw std::invalid_argument(
-        "model.n_experts, model.top_k, model.shared_expert_hidden and model.aux_loss_coef apply to model.series: moe, "
-        "not llama");
+  if (c.lora.rank == 0 && (c.lora.alpha != defaults.lora.alpha || c.lora.targets != defaults.lora.targets)) {
+    throw std::invalid_argument("lora.alpha and lora.targets apply only with lora.rank > 0 (LoRA is off)");
   }
-  if (c.model_series == "moe" && c.llama.moe.n_experts < 2) {
-    throw std::invalid_argument("model.series: moe needs model.n_experts >= 2, got " +
-                                std::to_string(c.llama.moe.n_experts));
+  if (c.lora.rank > 0 && c.lora.targets.empty()) {
+    throw std::invalid_argument("lora.targets is empty: name the Linear layers to adapt, e.g. wq,wv");
   }
-  c.llama.validate();
-  if (c.model_series == "vae") c.vae.validate(c.frames, c.image_size);
-  if (c.model_series == "flux") {
-    for (bool t : c.vae.temporal_down) {
-      if (t) {
-        throw std::invalid_argument("vae.temporal_down=" + models::bool_list_text(c.vae.temporal_down) +
-                                    ": the flux pipeline's VAE codes single images; set every entry to false");
-      }
-    }
-    c.vae.validate(1, c.image_size);
-    c.flux.validate(c.image_size / c.vae.spatial_factor());
-  }
-  if (c.model_series == "wan") {
-    c.vae.validate(c.frames, c.image_size);
-    c.wan.validate(c.image_size / c.vae.spatial_factor());
-  }
-  // The pipelines' tower files.
-  for (const auto& [key, path] : {std::pair<std::string, const std::string*>{"flux.vae_from", &c.flux_vae_from},
-                                  {"flux.text_encoder_from", &c.flux_text_encoder_from},
-                                  {"wan.vae_from", &c.wan_vae_from},
-                                  {"wan.text_encoder_from", &c.wan_text_encoder_from}}) {
-    if (path->empty()) continue;
-    if (!c.init_from.empty()) {
-      throw std::invalid_argument("model.init_from holds the whole pipeline, towers included; drop " + key +
-                                  " or model.init_from");
-    }
-    if (!fs::exists(*path)) throw std::invalid_argument(key + ": file '" + *path + "' does not exist");
-  }
-
-  if (c.seq_len > c.llama.max_seq_len) {
-    throw std::invalid_argument("train.seq_len (" + std::to_string(c.seq_len) + ") exceeds model.max_seq_len (" +
-                                std::to_string(c.llama.max_seq_len) + ")");
-  }
-  if (c.llama.vocab_size < 256) {
-    throw std::invalid_argument("model.vocab_size (" + std::to_string(c.llama.vocab_size) +
-                                ") must be >= 256 for the byte-level tokenizer");
-  }
-  if (!c.init_from.empty() && !c.resume.empty()) {
+  if (!c.init_from.empty() && !c.train.resume.empty()) {
     throw std::invalid_argument("model.init_from and train.resume both set: a resumed run takes its weights from the "
                                 "checkpoint; set only one");
   }
   if (!c.init_from.empty() && !fs::exists(c.init_from)) {
     throw std::invalid_argument("model.init_from: file '" + c.init_from + "' does not exist");
   }
-  if (c.lora_rank == 0 && (c.lora_alpha != TrainConfig().lora_alpha || c.lora_targets != TrainConfig().lora_targets)) {
-    throw std::invalid_argument("lora.alpha and lora.targets apply only with lora.rank > 0 (LoRA is off)");
-  }
-  if (c.lora_rank > 0 && c.lora_targets.empty()) {
-    throw std::invalid_argument("lora.targets is empty: name the Linear layers to adapt, e.g. wq,wv");
-  }
-  if (c.check_recompute != "off" && !c.activation_checkpointing) {
-    throw std::invalid_argument("debug.check_recompute=" + c.check_recompute +
+  if (c.debug.check_recompute != nn::RecomputeCheck::Off && !c.train.activation_checkpointing) {
+    const ConfigKeys keys = config_keys(c);
+    throw std::invalid_argument("debug.check_recompute=" + keys.get("debug.check_recompute", "").get() +
                                 " checks activation checkpointing, which is off; set train.activation_checkpointing: true");
   }
-  if (c.max_live_units != TrainConfig().max_live_units && !c.prefetch) {
-    throw std::invalid_argument("parallel.max_live_units=" + std::to_string(c.max_live_units) +
+  if (p.max_live_units != defaults.parallel.max_live_units && !p.prefetch) {
+    throw std::invalid_argument("parallel.max_live_units=" + std::to_string(p.max_live_units) +
                                 " bounds what prefetch gathers ahead, which is off; set parallel.prefetch: true");
   }
-  if (c.shard_group_size != 0 && !c.hybrid) {
-    throw std::invalid_argument("parallel.shard_group_size=" + std::to_string(c.shard_group_size) +
+  if (p.shard_group_size != 0 && !p.hybrid) {
+    throw std::invalid_argument("parallel.shard_group_size=" + std::to_string(p.shard_group_size) +
                                 " only applies to hybrid sharding; set parallel.hybrid: true as well");
   }
-  if (c.min_lr > c.lr) {
-    throw std::invalid_argument("train.min_lr (" + to_text(c.min_lr) + ") exceeds train.lr (" + to_text(c.lr) + ")");
+  if (c.train.min_lr > c.train.lr) {
+    throw std::invalid_argument("train.min_lr (" + float_text(c.train.min_lr) + ") exceeds train.lr (" +
+                                float_text(c.train.lr) + ")");
   }
+  c.model->validate(c);
 }
 
 nn::LoraOptions lora_options(const TrainConfig& cfg) {
   nn::LoraOptions o;
-  o.rank = cfg.lora_rank;
-  o.alpha = cfg.lora_alpha;
-  for (const std::string& t : util::split_trimmed(cfg.lora_targets)) {
+  o.rank = cfg.lora.rank;
+  o.alpha = cfg.lora.alpha;
+  for (const std::string& t : util::split_trimmed(cfg.lora.targets)) {
     if (!t.empty()) o.targets.push_back(t);
   }
   return o;
 }
 
+at::ScalarType scalar_type(DType d) { return d == DType::BF16 ? at::kBFloat16 : at::kFloat; }
+
+ShardOptions shard_options(const TrainConfig& c) {
+  ShardOptions o;
+  o.strategy = c.parallel.strategy;
+  if (const auto& is_unit = models::find_series(c.series).is_unit) {
+    o.wrap_policy = [is_unit](const std::string& name, const torch::nn::Module&) { return is_unit(name); };
+  }
+  o.shard_group_size = c.parallel.hybrid ? static_cast<int>(c.parallel.shard_group_size) : 0;
+  o.activation_checkpointing = c.train.activation_checkpointing;
+  o.recompute_check = c.debug.check_recompute;
+  o.prefetch = c.parallel.prefetch;
+  o.max_live_units = static_cast<int>(c.parallel.max_live_units);
+  o.persistence_threshold = c.parallel.persistence_threshold;
+  o.reduce_bucket_bytes = c.parallel.reduce_bucket_bytes;
+  o.param_dtype = scalar_type(c.mixed_precision.param_dtype);
+  o.reduce_dtype = scalar_type(c.mixed_precision.reduce_dtype);
+  return o;
+}
+
 void apply_world_size(TrainConfig& c, int world_size, int local_world_size) {
-  if (c.hybrid) {
-    if (c.shard_group_size == 0) c.shard_group_size = local_world_size;
-    if (world_size % c.shard_group_size != 0) {
-      throw std::invalid_argument("parallel.shard_group_size=" + std::to_string(c.shard_group_size) +
+  ParallelSection& p = c.parallel;
+  if (p.hybrid) {
+    if (p.shard_group_size == 0) p.shard_group_size = local_world_size;
+    if (world_size % p.shard_group_size != 0) {
+      throw std::invalid_argument("parallel.shard_group_size=" + std::to_string(p.shard_group_size) +
                                   " does not divide the world size " + std::to_string(world_size) +
                                   ": hybrid sharding holds one copy of the model per group of that many ranks");
     }
   }
-  if (c.global_batch_size <= 0) return;
-  const int64_t per_micro = static_cast<int64_t>(world_size) * c.micro_batch_size;
-  if (c.global_batch_size % per_micro != 0) {
-    throw std::invalid_argument("train.global_batch_size=" + std::to_string(c.global_batch_size) +
+  TrainSection& t = c.train;
+  if (t.global_batch_size <= 0) return;
+  const int64_t per_micro = static_cast<int64_t>(world_size) * t.micro_batch_size;
+  if (t.global_batch_size % per_micro != 0) {
+    throw std::invalid_argument("train.global_batch_size=" + std::to_string(t.global_batch_size) +
                                 " is not a multiple of world size " + std::to_string(world_size) +
-                                " x train.micro_batch_size " + std::to_string(c.micro_batch_size) + " = " +
+                                " x train.micro_batch_size " + std::to_string(t.micro_batch_size) + " = " +
                                 std::to_string(per_micro));
   }
-  const int64_t accum = c.global_batch_size / per_micro;
-  if (c.grad_accum != 1 && c.grad_accum != accum) {
-    throw std::invalid_argument("train.grad_accum=" + std::to_string(c.grad_accum) + " contradicts train.global_batch_size=" +
-                                std::to_string(c.global_batch_size) + " (which needs " + std::to_string(accum) +
-                                " at world size " + std::to_string(world_size) + "); set only one of them");
+  const int64_t accum = t.global_batch_size / per_micro;
+  if (t.grad_accum != 1 && t.grad_accum != accum) {
+    throw std::invalid_argument("train.grad_accum=" + std::to_string(t.grad_accum) +
+                                " contradicts train.global_batch_size=" + std::to_string(t.global_batch_size) +
+                                " (which needs " + std::to_string(accum) + " at world size " +
+                                std::to_string(world_size) + "); set only one of them");
   }
-  c.grad_accum = accum;
+  t.grad_accum = accum;
 }
 
 std::vector<std::pair<std::string, std::string>> config_items(const TrainConfig& c) {
   TrainConfig copy = c;
+  const ConfigKeys keys = config_keys(copy);
   std::vector<std::pair<std::string, std::string>> out;
-  for (auto& k : registry(copy)) out.emplace_back(k.name, k.get());
+  for (const auto& k : keys.all()) out.emplace_back(k.name, k.get());
   return out;
 }
 
 nlohmann::json config_to_json(const TrainConfig& c, int world_size) {
   TrainConfig copy = c;
+  const ConfigKeys keys = config_keys(copy);
   nlohmann::json j = nlohmann::json::object();
-  for (auto& k : registry(copy)) {
+  for (const auto& k : keys.all()) {
     const auto dot = k.name.find('.');
     const std::string section = k.name.substr(0, dot), field = k.name.substr(dot + 1);
     const std::string v = k.get();
@@ -546,6 +395,63 @@ nlohmann::json config_to_json(const TrainConfig& c, int world_size) {
   }
   j["world_size"] = world_size;
   return j;
+}
+
+namespace {
+
+// The value of dotted `key` in a config.json, as --set text; false when absent.
+bool saved_value(const nlohmann::json& saved, const std::string& key, std::string* text) {
+  const auto dot = key.find('.');
+  const std::string section = key.substr(0, dot), field = key.substr(dot + 1);
+  if (!saved.contains(section) || !saved[section].is_object() || !saved[section].contains(field)) return false;
+  const nlohmann::json& v = saved[section][field];
+  // Lists were saved as their comma-joined text; numbers and booleans as JSON.
+  *text = v.is_string() ? v.get<std::string>() : v.dump();
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::string> model_overrides(const nlohmann::json& saved) {
+  std::string series_name;
+  if (!saved_value(saved, "model.series", &series_name)) {
+    throw std::invalid_argument("the saved config has no model.series");
+  }
+  std::vector<std::string> out = {"model.series=" + series_name};
+  // The series' own keys (the model, its data shapes), the adapters, the data seed.
+  auto config = models::find_series(series_name).make_config();
+  ConfigKeys keys;
+  config->register_keys(keys);
+  std::vector<std::string> names;
+  for (const auto& k : keys.all()) names.push_back(k.name);
+  for (const char* k : {"lora.rank", "lora.alpha", "lora.targets", "data.seed"}) names.push_back(k);
+  for (const auto& name : names) {
+    std::string v;
+    if (!util::ends_with(name, "_from") && saved_value(saved, name, &v)) out.push_back(name + "=" + v);
+  }
+  return out;
+}
+
+std::vector<std::string> model_differences(const TrainConfig& c, const nlohmann::json& saved) {
+  std::vector<std::string> diffs;
+  std::string saved_series;
+  if (saved_value(saved, "model.series", &saved_series) && saved_series != c.series) {
+    diffs.push_back("model.series: checkpoint " + saved_series + ", this run " + c.series);
+    return diffs;
+  }
+  TrainConfig copy = c;
+  const nlohmann::json now = config_to_json(c, 0);
+  const ConfigKeys keys = config_keys(copy);
+  for (const auto& k : keys.all()) {
+    if (!k.describes_model) continue;
+    const auto dot = k.name.find('.');
+    const std::string section = k.name.substr(0, dot), field = k.name.substr(dot + 1);
+    if (!saved.contains(section) || !saved[section].contains(field)) continue;  // older checkpoints
+    if (saved[section][field] != now[section][field]) {
+      diffs.push_back(k.name + ": checkpoint " + saved[section][field].dump() + ", this run " + now[section][field].dump());
+    }
+  }
+  return diffs;
 }
 
 }  // namespace zeroshard::train

@@ -1,44 +1,62 @@
-// The typed run configuration: YAML files (with `base:` inheritance) plus --set overrides,
-// every key known, typed and range-checked; an unknown key is an error naming the closest.
+// The typed run configuration: YAML files (with `base:` inheritance) plus --set overrides. Every
+// key is known, typed, range-checked and has a help line; an unknown key is an error naming the
+// closest one, and a key of another model series names the series it belongs to. The struct
+// mirrors the key names: `train.steps` is `cfg.train.steps`; the model series' own keys live in
+// its SeriesConfig (src/models/<series>/), reached with cfg.series_config<T>().
 #pragma once
 
-#include "models/flux/flux.h"
-#include "models/llama/llama.h"
-#include "models/vae/vae.h"
-#include "models/wan/wan.h"
+#include "train/config_keys.h"
+#include "zeroshard/nn/hookable.h"
+#include "zeroshard/shard.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+namespace zeroshard::nn {
+struct LoraOptions;
+}
+
 namespace zeroshard::train {
 
-// The defaults are the default job (`./run.sh`, configs/llama/base.yaml).
-struct TrainConfig {
-  TrainConfig() {
-    llama.n_layers = 4;
-    llama.max_seq_len = 128;
-  }
-  // llama | moe (model.*, train.seq_len, text) | vae (vae.*, clips) | flux (flux.*, the VAE tower vae.*, images)
-  // | wan (wan.*, the VAE tower vae.*, clips)
-  std::string model_series = "llama";
-  models::LlamaConfig llama;
-  models::VaeConfig vae;
-  models::FluxConfig flux;
-  std::string flux_vae_from;           // flux.vae_from: the frozen VAE's safetensors (a vae run's export)
-  std::string flux_text_encoder_from;  // flux.text_encoder_from: the frozen text encoder's (else seeded)
-  models::WanConfig wan;
-  std::string wan_vae_from;           // wan.vae_from: the frozen video VAE's safetensors (a vae run's export)
-  std::string wan_text_encoder_from;  // wan.text_encoder_from
+struct TrainConfig;
 
+// A model series' config section(s): registered by the series (src/models/<series>/), one
+// instance per run for the series model.series names.
+class SeriesConfig {
+ public:
+  virtual ~SeriesConfig() = default;
+  virtual std::unique_ptr<SeriesConfig> clone() const = 0;
+  // The series' keys, bound to this object's fields. Keys that describe the model (its shape:
+  // what a checkpoint must agree with) are registered inside a ConfigKeys::ModelScope.
+  virtual void register_keys(ConfigKeys& keys) = 0;
+  // Cross-field checks, with the rest of the run's config; throws naming the keys.
+  virtual void validate(const TrainConfig& c) const { (void)c; }
+};
+
+template <class Derived>
+class SeriesConfigBase : public SeriesConfig {
+ public:
+  std::unique_ptr<SeriesConfig> clone() const override {
+    return std::make_unique<Derived>(static_cast<const Derived&>(*this));
+  }
+};
+
+enum class DType { FP32, BF16 };
+enum class Bf16Matmul { Auto, Native, ViaFp32 };  // mixed_precision.bf16_matmul (src/nn/matmul.h)
+enum class OnNonfinite { Abort, Skip };
+enum class FailKind { Exception, Sigkill, SigkillInSave, Nan, Desync };
+
+struct TrainSection {
   int64_t steps = 200;
   int64_t micro_batch_size = 8;
   int64_t grad_accum = 1;
   int64_t global_batch_size = 0;  // sequences per step over all ranks; > 0 derives grad_accum
-  int64_t seq_len = 128;
   double lr = 3e-3;
   double min_lr = 3e-4;
   int64_t warmup_steps = 10;
@@ -47,65 +65,100 @@ struct TrainConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double clip_grad_norm = 1.0;
-  bool activation_checkpointing = false;  // recompute each unit in backward instead of keeping its activations
-  std::string param_dtype = "fp32";  // mixed_precision.param_dtype: fp32 | bf16 (gathers and compute)
-  std::string reduce_dtype = "fp32";  // mixed_precision.reduce_dtype: fp32 | bf16 (gradient reduce-scatters)
-  std::string bf16_matmul = "auto";   // mixed_precision.bf16_matmul: auto | native | via_fp32 (src/nn/matmul.h)
   int64_t seed = 1234;
+  bool activation_checkpointing = false;
   int64_t log_every = 10;
-
   // Checkpoints (<run_dir>/checkpoints/step_<N>/, see src/checkpoint/checkpoint.h).
-  int64_t save_every = 0;   // optimizer steps between saves; 0 = only the final save
-  int64_t keep_last = 0;    // keep this many newest checkpoints; 0 = all
-  bool save_final = true;   // save after the last step
-  bool save_on_signal = true;  // SIGINT/SIGTERM: save after the step before exiting
-  std::string on_nonfinite = "abort";  // a NaN/Inf loss or gradient norm: "abort" or "skip" the step
-  std::string resume;       // a checkpoint, checkpoints folder or run folder to continue from
-  std::string init_from;    // model.init_from: a safetensors file with every parameter (LoRA: every base one)
-  // LoRA fine-tuning: adapters on the Linear layers named in lora.targets (comma-separated),
-  // everything else frozen. rank 0: off.
-  int64_t lora_rank = 0;
-  double lora_alpha = 16.0;
-  std::string lora_targets = "wq,wk,wv,wo";
+  int64_t save_every = 0;  // optimizer steps between saves; 0 = only the final save
+  int64_t keep_last = 0;   // keep this many newest checkpoints; 0 = all
+  bool save_final = true;
+  bool save_on_signal = true;
+  OnNonfinite on_nonfinite = OnNonfinite::Abort;
+  std::string resume;  // a checkpoint, checkpoints folder or run folder to continue from
+};
 
-  std::string strategy = "optim_grads_params";
-  int64_t zero_stage = -1;  // alias; -1 = not set
+struct LoraSection {
+  int64_t rank = 0;  // 0: off
+  double alpha = 16.0;
+  std::string targets = "wq,wk,wv,wo";
+};
+
+struct MixedPrecisionSection {
+  DType param_dtype = DType::FP32;   // gathers and compute
+  DType reduce_dtype = DType::FP32;  // gradient reduce-scatters
+  Bf16Matmul bf16_matmul = Bf16Matmul::Auto;
+};
+
+struct ParallelSection {
+  Strategy strategy = Strategy::OptimGradsParams;
+  int64_t zero_stage = -1;  // alias of strategy; -1 = not set
   double comm_timeout_s = 300;
   int64_t threads = 0;  // intra-op threads per rank; 0 = cores / local ranks
-  // Hybrid sharding: shard within groups of shard_group_size consecutive ranks (0 = the ranks
-  // of one host, LOCAL_WORLD_SIZE), replicate across the groups (ShardOptions::shard_group_size).
-  bool prefetch = true;  // parallel.prefetch: ZeRO-3 gathers the next units while one computes
-  int64_t max_live_units = 2;  // parallel.max_live_units: gathered units at once with prefetch
-  int64_t persistence_threshold = 0;  // parallel.persistence_threshold: ZeRO-3 keeps buffers this small replicated
-  int64_t reduce_bucket_bytes = 0;    // parallel.reduce_bucket_bytes: smaller gradients share a reduce-scatter
+  bool prefetch = true;
+  int64_t max_live_units = 2;
+  int64_t persistence_threshold = 0;
+  int64_t reduce_bucket_bytes = 0;
   bool hybrid = false;
-  int64_t shard_group_size = 0;
-
-  std::string data_source = "system_text";
-  std::string data_path;
-  int64_t data_synthetic_bytes = 1 << 20;
-  int64_t data_seed = 1234;
-  int64_t frames = 8;       // data.frames: frames per generated clip (series vae)
-  int64_t image_size = 32;  // data.image_size: height = width of generated images and clips
-
-  std::string run_dir;  // default runs/<config>-<timestamp>
-  bool dump_init = false;      // write <run_dir>/init.safetensors (full initial weights)
-  bool dump_batches = false;   // write <run_dir>/batches.rank<r>.bin (the tokens each rank trains on)
-  bool dump_final_shards = false;  // write <run_dir>/final_shard.rank<r>.bin (fp32 master shard)
-  bool progress = true;
-  int64_t max_rss_mb = 0;  // > 0: a rank whose peak RSS exceeds this fails, naming the phase
-
-  // Fault injection for tests: at step debug_fail_at_step (0 = off), rank debug_fail_rank
-  // throws ("exception"), SIGKILLs itself ("sigkill"), SIGKILLs itself halfway through
-  // writing its checkpoint file of that step ("sigkill_in_save"), or makes its loss NaN ("nan").
-  int64_t debug_fail_at_step = 0;
-  int64_t debug_fail_rank = 0;
-  std::string debug_fail_kind = "exception";  // ... or "desync": an extra barrier on that rank
-  bool check_desync = false;  // debug.check_desync: ranks compare each collective before running it
-  std::string check_recompute = "off";  // debug.check_recompute: off | shape | bitwise
-
-  std::string config_path;  // the file it was loaded from, if any
+  int64_t shard_group_size = 0;  // 0 = the ranks of one host (LOCAL_WORLD_SIZE)
 };
+
+struct DataSection {
+  int64_t seed = 1234;  // the series' data keys (source, path, shapes) are the series'
+};
+
+struct RunSection {
+  std::string dir;  // default runs/<config>-<timestamp>
+  bool dump_init = false;
+  bool dump_batches = false;
+  bool dump_final_shards = false;
+  bool progress = true;
+  int64_t max_rss_mb = 0;
+};
+
+struct DebugSection {
+  // Fault injection for tests: at step fail_at_step (0 = off), rank fail_rank fails as fail_kind.
+  int64_t fail_at_step = 0;
+  int64_t fail_rank = 0;
+  FailKind fail_kind = FailKind::Exception;
+  bool check_desync = false;
+  nn::RecomputeCheck check_recompute = nn::RecomputeCheck::Off;
+};
+
+struct TrainConfig {
+  TrainConfig();  // the default job (`./run.sh`): series llama with its defaults
+  TrainConfig(const TrainConfig& other);
+  TrainConfig& operator=(const TrainConfig& other);
+  TrainConfig(TrainConfig&&) = default;
+  TrainConfig& operator=(TrainConfig&&) = default;
+  ~TrainConfig();
+
+  std::string series = "llama";  // model.series (src/models/series_list.cpp)
+  std::string init_from;         // model.init_from: safetensors with every parameter (LoRA: every base one)
+  std::unique_ptr<SeriesConfig> model;  // the series' own keys
+  TrainSection train;
+  LoraSection lora;
+  MixedPrecisionSection mixed_precision;
+  ParallelSection parallel;
+  DataSection data;
+  RunSection run;
+  DebugSection debug;
+  std::string config_path;  // the file it was loaded from, if any
+
+  // The series' config as its type; throws naming the series when it is another.
+  template <class T>
+  const T& series_config() const {
+    const T* t = dynamic_cast<const T*>(model.get());
+    if (t == nullptr) throw std::logic_error("model.series " + series + " has another config type");
+    return *t;
+  }
+  template <class T>
+  T& series_config() {
+    return const_cast<T&>(static_cast<const TrainConfig*>(this)->series_config<T>());
+  }
+};
+
+// Every key of this config (the core sections', then the series'), bound to its fields.
+ConfigKeys config_keys(TrainConfig& c);
 
 // Where each value came from: "default", a file path, or "--set".
 using Provenance = std::map<std::string, std::string>;
@@ -115,21 +168,36 @@ using Provenance = std::map<std::string, std::string>;
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides,
                         Provenance* provenance = nullptr);
 
-// Cross-field checks (strategy names, alias agreement, sequence vs model length...).
+// Cross-field checks (alias agreement, series checks, files that must exist...).
 void validate(TrainConfig& c);
 
 // Checks that need the world size: train.global_batch_size must be a multiple of
 // world_size * micro_batch_size (it then sets grad_accum); a hybrid shard group (0 resolves to
-// local_world_size, the ranks per host) must divide the world. Throws naming keys and values.
+// local_world_size) must divide the world. Throws naming keys and values.
 void apply_world_size(TrainConfig& c, int world_size, int local_world_size);
 
 // lora.* as the options of nn::apply_lora (lora.targets split at commas).
 nn::LoraOptions lora_options(const TrainConfig& c);
 
-// Every key with its current value, in declaration order.
+// The engine options of this config (strategy, wrap policy of the series, prefetch, mixed
+// precision, checkpointing...) — one function for training and sampling. No param_source.
+ShardOptions shard_options(const TrainConfig& c);
+
+at::ScalarType scalar_type(DType d);
+
+// Every key with its current value, in registration order.
 std::vector<std::pair<std::string, std::string>> config_items(const TrainConfig& c);
 
 // The JSON written to <run_dir>/config.json (nested by the dotted key prefixes).
 nlohmann::json config_to_json(const TrainConfig& c, int world_size);
+
+// From a run's saved config (as config_to_json wrote it): "key=value" overrides that rebuild its
+// model and data shapes — model.series, every key of that series except the files its first
+// values came from (`*_from`), lora.* and data.seed. For `sample` and exports.
+std::vector<std::string> model_overrides(const nlohmann::json& saved);
+
+// The keys describing the model (ConfigKey::describes_model) whose value in `saved` differs
+// from `c`, as "key: saved X, this run Y" lines (empty when they agree). For train.resume.
+std::vector<std::string> model_differences(const TrainConfig& c, const nlohmann::json& saved);
 
 }  // namespace zeroshard::train

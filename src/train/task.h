@@ -1,7 +1,7 @@
 // What a model series brings to the trainer: its module (built without parameter bytes), the
 // seeded value of each parameter, this rank's micro-batches and their loss, and its own
 // per-step figures. Everything else — sharding, optimizer, checkpoints, metrics, signals — the
-// trainer does alike for every series.
+// trainer does alike for every series. A series makes its Task through models::Series.
 #pragma once
 
 #include "train/config.h"
@@ -22,12 +22,10 @@ class Task {
   virtual ~Task() = default;
   // The model, built inside nn::DeferredInit (LoRA adapters already attached, if asked).
   virtual std::shared_ptr<nn::HookableModule> module() const = 0;
-  // Which modules are sharding units (empty: every HookableModule).
-  virtual WrapPolicy wrap_policy() const { return {}; }
   // The seeded initial value of parameter `name` (the same for every world size and strategy).
   virtual void init_parameter(const std::string& name, at::Tensor& param) const = 0;
   // Where a fresh run's values come from: `seeded` (init_parameter), unless the series loads
-  // parts from files (the flux pipeline's frozen towers).
+  // parts from files (a pipeline's frozen towers).
   virtual std::shared_ptr<ParamSource> initial_source(std::shared_ptr<ParamSource> seeded) const { return seeded; }
   // The loss of micro-batch `micro` of optimizer step `step` (0-based) on this rank.
   virtual at::Tensor loss(int64_t step, int64_t micro) = 0;
@@ -65,23 +63,5 @@ class GeneratedSampleTask : public Task {
   TrainConfig cfg_;
   int rank_, world_;
 };
-
-// For the diffusion pipelines' finish_step: {"towers_s": the mean over ranks of *seconds}
-// (the frozen towers' time in the step), and *seconds reset. A collective.
-nlohmann::json towers_time_metrics(Communicator& comm, double* seconds);
-
-// For the diffusion pipelines: `seeded`, with the parameters under "vae." and "text_encoder."
-// read from those towers' own safetensors files when given (empty path: seeded).
-std::shared_ptr<ParamSource> with_tower_files(std::shared_ptr<ParamSource> seeded, const std::string& vae_from,
-                                              const std::string& text_encoder_from);
-
-// The task of cfg.model_series for this rank (of `world` ranks).
-std::unique_ptr<Task> make_task(const TrainConfig& cfg, int rank, int world);
-
-// Per series (src/train/task_lm.cpp, task_vae.cpp, task_diffusion.cpp).
-std::unique_ptr<Task> make_language_model_task(const TrainConfig& cfg, int rank, int world);
-std::unique_ptr<Task> make_video_vae_task(const TrainConfig& cfg, int rank, int world);
-std::unique_ptr<Task> make_flux_task(const TrainConfig& cfg, int rank, int world);
-std::unique_ptr<Task> make_wan_task(const TrainConfig& cfg, int rank, int world);
 
 }  // namespace zeroshard::train

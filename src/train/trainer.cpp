@@ -2,8 +2,12 @@
 
 #include "checkpoint/checkpoint.h"
 #include "io/safetensors.h"
+#include "models/series.h"
+#include "nn/layers.h"
 #include "nn/matmul.h"
+#include "train/fault_injection.h"
 #include "train/metrics.h"
+#include "train/step_metrics.h"
 #include "train/stop_signal.h"
 #include "train/task.h"
 #include "util/tensor_memory.h"
@@ -22,7 +26,6 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <thread>
 
 namespace zeroshard::train {
@@ -31,26 +34,16 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 std::string checked_resume_checkpoint(const TrainConfig& cfg) {
-  const ckpt::Checkpoint ck(ckpt::resolve_checkpoint(cfg.resume));
-  // Every model.* (vae.*, flux.*) key must agree (shapes alone would miss e.g. rope_theta).
-  std::string diffs;
-  for (const char* section : {"model", "vae", "flux", "wan"}) {
-    const nlohmann::json saved = ck.config().value(section, nlohmann::json::object());
-    nlohmann::json now = config_to_json(cfg, 0)[section];
-    for (const char* source : {"init_from", "vae_from", "text_encoder_from"}) now.erase(source);
-    for (auto it = now.begin(); it != now.end(); ++it) {
-      if (saved.contains(it.key()) && saved[it.key()] != it.value()) {
-        diffs += std::string("\n  ") + section + "." + it.key() + ": checkpoint " + saved[it.key()].dump() +
-                 ", this run " + it.value().dump();
-      }
-    }
-  }
+  const ckpt::Checkpoint ck(ckpt::resolve_checkpoint(cfg.train.resume));
+  const auto diffs = model_differences(cfg, ck.config());
   if (!diffs.empty()) {
-    throw std::invalid_argument("train.resume: checkpoint " + ck.dir() + " was saved from another model:" + diffs);
+    std::string text;
+    for (const auto& d : diffs) text += "\n  " + d;
+    throw std::invalid_argument("train.resume: checkpoint " + ck.dir() + " was saved from another model:" + text);
   }
-  if (ck.step() > cfg.steps) {
+  if (ck.step() > cfg.train.steps) {
     throw std::invalid_argument("train.resume: checkpoint " + ck.dir() + " is at step " + std::to_string(ck.step()) +
-                                ", past train.steps=" + std::to_string(cfg.steps));
+                                ", past train.steps=" + std::to_string(cfg.train.steps));
   }
   return ck.dir();
 }
@@ -100,385 +93,388 @@ void truncate_metrics(const std::string& path, int64_t step) {
   std::ofstream(path, std::ios::trunc) << kept;
 }
 
+nn::Bf16Matmul bf16_matmul_mode(Bf16Matmul m) {
+  return m == Bf16Matmul::Native ? nn::Bf16Matmul::Native : m == Bf16Matmul::ViaFp32 ? nn::Bf16Matmul::ViaFp32
+                                                                                     : nn::Bf16Matmul::Auto;
+}
+
 }  // namespace
 
-int run_training(const TrainConfig& config, const RendezvousInfo& rdv) {
+struct Trainer::Impl {
+  Impl(const TrainConfig& config, const RendezvousInfo& r) : cfg(config), rdv(r) {}
+
+  TrainConfig cfg;
+  RendezvousInfo rdv;
   StopSignal stop_signal;  // SIGINT/SIGTERM: stop after the step on every rank
-  TrainConfig cfg = config;
-  apply_world_size(cfg, rdv.world_size, rdv.local_world_size);
-  const int threads = cfg.threads > 0 ? static_cast<int>(cfg.threads)
-                                      : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                                        std::max(1, rdv.local_world_size));
-  util::set_compute_threads(threads);
-  util::track_tensor_memory();  // the per-step activation and peak figures below
-  nn::set_bf16_matmul(nn::parse_bf16_matmul(cfg.bf16_matmul));
+  std::shared_ptr<Communicator> comm;
+  int rank = 0, world = 1, threads = 1;
+  std::unique_ptr<ckpt::Checkpoint> resume;
+  int64_t start_step = 0;
+  std::string run_dir, checkpoint_root;
+  std::unique_ptr<RankLog> log;
+  std::unique_ptr<FaultInjector> faults;
+  std::unique_ptr<Task> task;
+  std::shared_ptr<ShardedModel> sharded;
+  std::unique_ptr<ShardedAdamW> optim;
+  LrSchedule schedule;
+  std::unique_ptr<JsonlWriter> metrics;
+  bool tty = false;
+  double items_per_step = 0;
+  std::string throughput_key;
+  std::vector<double> step_times;
+  Clock::time_point job_start;
+  float last_loss = 0.0f;
+  int64_t skipped_steps = 0, stopped_at = 0, last_saved = -1, current_step = 0;
+  int stop_requested = 0;
+
+  // The per-rank memory cap (run.max_rss_mb) is checked against the kernel's high-water mark
+  // of this process after each phase, so nothing that happened in between escapes it.
+  void check_memory(const std::string& phase) const {
+    if (cfg.run.max_rss_mb <= 0) return;
+    const int64_t peak = peak_rss_bytes();
+    if (peak > cfg.run.max_rss_mb * (int64_t{1} << 20)) {
+      throw std::runtime_error("rank " + std::to_string(rank) + ": peak RSS " + std::to_string(peak >> 20) +
+                               " MiB exceeds run.max_rss_mb=" + std::to_string(cfg.run.max_rss_mb) + " after " + phase);
+    }
+  }
+
+  void print_progress(const StepMetrics& m) const {
+    const int64_t steps = cfg.train.steps;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - job_start).count();
+    const double eta = elapsed / static_cast<double>(m.step - start_step) * static_cast<double>(steps - m.step);
+    char text[256];
+    std::snprintf(text, sizeof(text), "step %lld/%lld | loss %.4f | %s %s/s | %.3f s/step | ETA %.0fs",
+                  static_cast<long long>(m.step), static_cast<long long>(steps), static_cast<double>(m.loss),
+                  human_count(m.throughput).c_str(), task->item_name() == "tokens" ? "tok" : task->item_name().c_str(),
+                  m.step_time_s, eta);
+    if (cfg.run.progress && tty) {
+      // A bar on a terminal, redrawn in place.
+      const int width = 24;
+      const int filled = static_cast<int>(width * m.step / std::max<int64_t>(1, steps));
+      const std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
+      std::printf("\r[%s] %3d%% %-100s", bar.c_str(), static_cast<int>(100 * m.step / std::max<int64_t>(1, steps)), text);
+      if (m.step == steps) std::printf("\n");
+      std::fflush(stdout);
+    } else if (cfg.run.progress && (m.step % cfg.train.log_every == 0 || m.step == 1 || m.step == steps)) {
+      std::printf("%s\n", text);
+      std::fflush(stdout);
+    }
+  }
+};
+
+Trainer::Trainer(const TrainConfig& config, const RendezvousInfo& rdv) : impl_(std::make_unique<Impl>(config, rdv)) {}
+Trainer::~Trainer() = default;
+
+void Trainer::setup() {
+  Impl& s = *impl_;
+  TrainConfig& cfg = s.cfg;
+  apply_world_size(cfg, s.rdv.world_size, s.rdv.local_world_size);
+  s.threads = cfg.parallel.threads > 0
+                  ? static_cast<int>(cfg.parallel.threads)
+                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, s.rdv.local_world_size));
+  util::set_compute_threads(s.threads);
+  util::track_tensor_memory();  // the per-step activation and peak figures
+  nn::set_bf16_matmul(bf16_matmul_mode(cfg.mixed_precision.bf16_matmul));
 
   CommOptions comm_options;
-  comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.comm_timeout_s * 1000));
+  comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.parallel.comm_timeout_s * 1000));
   comm_options.rendezvous_timeout = std::max(comm_options.timeout, std::chrono::milliseconds(30000));
-  comm_options.check_desync = cfg.check_desync;
-  auto comm = make_communicator(rdv, comm_options);
-  const int rank = comm->rank(), world = comm->world_size();
+  comm_options.check_desync = cfg.debug.check_desync;
+  s.comm = make_communicator(s.rdv, comm_options);
+  s.rank = s.comm->rank();
+  s.world = s.comm->world_size();
+  s.faults = std::make_unique<FaultInjector>(cfg.debug, s.rank);
 
-  std::unique_ptr<ckpt::Checkpoint> resume;
-  if (!cfg.resume.empty()) {
-    resume = std::make_unique<ckpt::Checkpoint>(checked_resume_checkpoint(cfg));
-  }
-  const int64_t start_step = resume ? resume->step() : 0;
+  if (!cfg.train.resume.empty()) s.resume = std::make_unique<ckpt::Checkpoint>(checked_resume_checkpoint(cfg));
+  s.start_step = s.resume ? s.resume->step() : 0;
+  s.current_step = s.start_step;
 
-  std::string proposed_run_dir = cfg.run_dir;
-  if (proposed_run_dir.empty() && resume) {
+  std::string proposed_run_dir = cfg.run.dir;
+  if (proposed_run_dir.empty() && s.resume) {
     // A resumed run continues in the run folder its checkpoint belongs to.
-    const fs::path ckdir = fs::absolute(resume->dir());
+    const fs::path ckdir = fs::absolute(s.resume->dir());
     if (ckdir.parent_path().filename() == "checkpoints") proposed_run_dir = ckdir.parent_path().parent_path().string();
   }
   if (proposed_run_dir.empty()) proposed_run_dir = default_run_dir(cfg);
-  const std::string run_dir = agree_on_string(*comm, proposed_run_dir);
-  fs::create_directories(run_dir);
-  RankLog log(run_dir + "/rank" + std::to_string(rank) + ".log", rank);
-  log.line("start: world_size=" + std::to_string(world) + " strategy=" + cfg.strategy + " threads=" +
-           std::to_string(threads) + " backend=" + comm->backend_name() +
-           (resume ? " resume_from=" + resume->dir() : std::string()));
-  if (cfg.param_dtype == "bf16") {
-    log.line(std::string("bf16 matmuls: ") + nn::bf16_matmul_name(nn::resolved_bf16_matmul()) +
-             " (mixed_precision.bf16_matmul=" + cfg.bf16_matmul + "; this CPU " +
-             (nn::cpu_has_bf16_dot_product() ? "has" : "has no") + " bf16 dot-product instructions)");
+  s.run_dir = agree_on_string(*s.comm, proposed_run_dir);
+  s.checkpoint_root = s.run_dir + "/checkpoints";
+  fs::create_directories(s.run_dir);
+  s.log = std::make_unique<RankLog>(s.run_dir + "/rank" + std::to_string(s.rank) + ".log", s.rank);
+  s.log->line("start: world_size=" + std::to_string(s.world) + " strategy=" + strategy_name(cfg.parallel.strategy) +
+              " threads=" + std::to_string(s.threads) + " backend=" + s.comm->backend_name() +
+              (s.resume ? " resume_from=" + s.resume->dir() : std::string()));
+  if (cfg.mixed_precision.param_dtype == DType::BF16) {
+    const ConfigKeys keys = config_keys(cfg);
+    s.log->line(std::string("bf16 matmuls: ") + nn::bf16_matmul_name(nn::resolved_bf16_matmul()) +
+                " (mixed_precision.bf16_matmul=" + keys.get("mixed_precision.bf16_matmul", "").get() +
+                "; this CPU " + (nn::cpu_has_bf16_dot_product() ? "has" : "has no") +
+                " bf16 dot-product instructions)");
   }
-  if (rank == 0) {
-    std::ofstream(run_dir + "/config.json") << config_to_json(cfg, world).dump(2) << "\n";
-    if (resume) truncate_metrics(run_dir + "/metrics.jsonl", start_step);
-    else std::ofstream(run_dir + "/metrics.jsonl", std::ios::trunc);  // fresh file for this run
+  if (s.rank == 0) {
+    std::ofstream(s.run_dir + "/config.json") << config_to_json(cfg, s.world).dump(2) << "\n";
+    if (s.resume) truncate_metrics(s.run_dir + "/metrics.jsonl", s.start_step);
+    else std::ofstream(s.run_dir + "/metrics.jsonl", std::ios::trunc);  // fresh file for this run
   }
 
   // Model: built without parameter bytes, then each rank materializes only its shards, from
   // the checkpoint, a safetensors file, or the seeded init (identical for every W).
-  std::unique_ptr<Task> task = make_task(cfg, rank, world);
-  if (!task->adapted().empty()) {
-    log.line("LoRA: rank " + std::to_string(cfg.lora_rank) + " adapters on " + std::to_string(task->adapted().size()) +
-             " Linear layers (" + cfg.lora_targets + "); every other parameter frozen");
+  s.task = models::find_series(cfg.series).make_task(cfg, s.rank, s.world);
+  if (!s.task->adapted().empty()) {
+    s.log->line("LoRA: rank " + std::to_string(cfg.lora.rank) + " adapters on " +
+                std::to_string(s.task->adapted().size()) + " Linear layers (" + cfg.lora.targets +
+                "); every other parameter frozen");
   }
-  ShardOptions shard_options;
-  shard_options.strategy = parse_strategy(cfg.strategy);
-  shard_options.wrap_policy = task->wrap_policy();
-  shard_options.shard_group_size = cfg.hybrid ? static_cast<int>(cfg.shard_group_size) : 0;
-  shard_options.activation_checkpointing = cfg.activation_checkpointing;
-  shard_options.prefetch = cfg.prefetch;
-  shard_options.max_live_units = static_cast<int>(cfg.max_live_units);
-  shard_options.persistence_threshold = cfg.persistence_threshold;
-  shard_options.reduce_bucket_bytes = cfg.reduce_bucket_bytes;
-  shard_options.param_dtype = cfg.param_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-  shard_options.reduce_dtype = cfg.reduce_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-  shard_options.recompute_check = cfg.check_recompute == "bitwise" ? nn::RecomputeCheck::Bitwise
-                                  : cfg.check_recompute == "shape" ? nn::RecomputeCheck::Shape
-                                                                   : nn::RecomputeCheck::Off;
-  const Task* task_ptr = task.get();
-  auto seeded =
-      param_source_from_init([task_ptr](const std::string& name, at::Tensor& t) { task_ptr->init_parameter(name, t); });
-  if (resume) {
-    shard_options.param_source = resume->param_source();
+  ShardOptions shard = shard_options(cfg);
+  const Task* task = s.task.get();
+  auto seeded = param_source_from_init([task](const std::string& name, at::Tensor& t) { task->init_parameter(name, t); });
+  if (s.resume) {
+    shard.param_source = s.resume->param_source();
   } else if (!cfg.init_from.empty()) {
     // A LoRA run starts from a base model's file; its fresh adapters come from the seeded init.
-    shard_options.param_source = io::safetensors_param_source(cfg.init_from);
-    if (cfg.lora_rank > 0) {
-      shard_options.param_source = combine_param_sources(shard_options.param_source, seeded, nn::is_lora_parameter);
-    }
+    shard.param_source = io::safetensors_param_source(cfg.init_from);
+    if (cfg.lora.rank > 0) shard.param_source = combine_param_sources(shard.param_source, seeded, nn::is_lora_parameter);
   } else {
-    shard_options.param_source = task->initial_source(seeded);
+    shard.param_source = s.task->initial_source(seeded);
   }
-  auto sharded = fully_shard(task->module(), comm, shard_options);
-  if (sharded->num_replicas() > 1) {
-    log.line("hybrid sharding: " + std::to_string(sharded->num_replicas()) + " copies of the model, each sharded over " +
-             std::to_string(sharded->shard_comm().world_size()) + " ranks; this rank is in copy " +
-             std::to_string(sharded->replica()));
+  s.sharded = fully_shard(s.task->module(), s.comm, shard);
+  if (s.sharded->num_replicas() > 1) {
+    s.log->line("hybrid sharding: " + std::to_string(s.sharded->num_replicas()) +
+                " copies of the model, each sharded over " + std::to_string(s.sharded->shard_comm().world_size()) +
+                " ranks; this rank is in copy " + std::to_string(s.sharded->replica()));
   }
-  if (cfg.dump_init) io::write_full_parameters(*sharded, run_dir + "/init.safetensors");
+  if (cfg.run.dump_init) io::write_full_parameters(*s.sharded, s.run_dir + "/init.safetensors");
   AdamWOptions adam;
-  adam.lr = cfg.lr;
-  adam.beta1 = cfg.beta1;
-  adam.beta2 = cfg.beta2;
-  adam.eps = cfg.eps;
-  adam.weight_decay = cfg.weight_decay;
-  ShardedAdamW optim(sharded, adam);
-  if (resume) {
-    resume->load_optimizer(*sharded, optim);
-    resume->restore_rng(rank);
-    log.line("resumed from " + resume->dir() + " at step " + std::to_string(start_step) + " (saved by " +
-             std::to_string(resume->world_size()) + " ranks, " + resume->strategy() + ")");
-    resume.reset();
+  adam.lr = cfg.train.lr;
+  adam.beta1 = cfg.train.beta1;
+  adam.beta2 = cfg.train.beta2;
+  adam.eps = cfg.train.eps;
+  adam.weight_decay = cfg.train.weight_decay;
+  s.optim = std::make_unique<ShardedAdamW>(s.sharded, adam);
+  if (s.resume) {
+    s.resume->load_optimizer(*s.sharded, *s.optim);
+    s.resume->restore_rng(s.rank);
+    s.log->line("resumed from " + s.resume->dir() + " at step " + std::to_string(s.start_step) + " (saved by " +
+                std::to_string(s.resume->world_size()) + " ranks, " + s.resume->strategy() + ")");
+    s.resume.reset();
   }
-  // The per-rank memory cap (run.max_rss_mb) is checked against the kernel's high-water mark
-  // of this process after each phase, so nothing that happened in between escapes it.
-  auto check_memory = [&](const std::string& phase) {
-    if (cfg.max_rss_mb <= 0) return;
-    const int64_t peak = peak_rss_bytes();
-    if (peak > cfg.max_rss_mb * (int64_t{1} << 20)) {
-      throw std::runtime_error("rank " + std::to_string(rank) + ": peak RSS " + std::to_string(peak >> 20) +
-                               " MiB exceeds run.max_rss_mb=" + std::to_string(cfg.max_rss_mb) + " after " + phase);
-    }
-  };
-  check_memory("initialization");
-  log.line("initialized: peak RSS " + std::to_string(peak_rss_bytes() >> 20) + " MiB");
-  const std::string checkpoint_root = run_dir + "/checkpoints";
-  int64_t last_saved = -1;
-  auto save = [&](int64_t step) {
-    ckpt::SaveOptions so;
-    so.step = step;
-    so.config = config_to_json(cfg, world);
-    so.keep_last = cfg.keep_last;
-    if (cfg.debug_fail_kind == "sigkill_in_save" && cfg.debug_fail_at_step == step) {
-      so.kill_rank_midway = static_cast<int>(cfg.debug_fail_rank);
-    }
-    const auto t0 = Clock::now();
-    const std::string dir = ckpt::save_checkpoint(checkpoint_root, *sharded, optim, so);
-    last_saved = step;
-    log.line("saved " + dir + " in " + std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()) +
-             " s; peak RSS " + std::to_string(peak_rss_bytes() >> 20) + " MiB");
-    check_memory("saving step " + std::to_string(step));
-  };
-  LrSchedule schedule{cfg.lr, cfg.min_lr, cfg.warmup_steps, cfg.steps};
+  s.check_memory("initialization");
+  s.log->line("initialized: peak RSS " + std::to_string(peak_rss_bytes() >> 20) + " MiB");
+  s.schedule = LrSchedule{cfg.train.lr, cfg.train.min_lr, cfg.train.warmup_steps, cfg.train.steps};
   {
-    const MemoryStats m = sharded->memory();
-    log.line("model: " + std::to_string(m.num_params) + " parameters in " + std::to_string(sharded->num_units()) +
-             " units; per-rank bytes params=" + std::to_string(m.params_bytes) + " grads=" +
-             std::to_string(m.grads_bytes) + " optim=" + std::to_string(m.optim_bytes));
+    const MemoryStats m = s.sharded->memory();
+    s.log->line("model: " + std::to_string(m.num_params) + " parameters in " + std::to_string(s.sharded->num_units()) +
+                " units; per-rank bytes params=" + std::to_string(m.params_bytes) + " grads=" +
+                std::to_string(m.grads_bytes) + " optim=" + std::to_string(m.optim_bytes));
   }
+  if (cfg.run.dump_batches) {
+    s.task->dump_batches(s.run_dir + "/batches.rank" + std::to_string(s.rank) + ".bin", cfg.train.steps);
+  }
+  if (s.rank == 0) s.metrics = std::make_unique<JsonlWriter>(s.run_dir + "/metrics.jsonl");
+  s.tty = s.rank == 0 && isatty(STDOUT_FILENO);
+  s.items_per_step = s.task->items_per_step();
+  s.throughput_key = s.task->item_name() + "_per_s";  // tokens_per_s, clips_per_s
+  s.job_start = Clock::now();
+}
 
-  if (cfg.dump_batches) task->dump_batches(run_dir + "/batches.rank" + std::to_string(rank) + ".bin", cfg.steps);
+bool Trainer::step(int64_t step) {
+  Impl& s = *impl_;
+  const TrainConfig& cfg = s.cfg;
+  ShardedModel& sharded = *s.sharded;
+  s.current_step = step;
+  const auto t0 = Clock::now();
+  sharded.reset_gathered_peak();
+  sharded.reset_exposed_comm();
+  // Tensor bytes of the step beyond what it started with (model states and whatever is kept
+  // between steps): its peak, and what the forward keeps for backward (activations).
+  util::reset_peak_tensor_bytes();
+  const int64_t step_base_bytes = util::live_tensor_bytes();
+  const CommStats comm_before = sharded.comm_stats();
+  int64_t saved_activation_bytes = 0;
+  double loss_sum = 0.0;
+  s.faults->before_step(step, *s.comm);
+  for (int64_t micro = 0; micro < cfg.train.grad_accum; ++micro) {
+    const int64_t live_before = util::live_tensor_bytes(), engine_before = sharded.memory().transient_bytes;
+    at::Tensor loss = s.task->loss(step - 1, micro);
+    // What the graph holds now, less what the engine's own transients (gathered units, their
+    // send copies) grew or shrank by meanwhile.
+    saved_activation_bytes = std::max(saved_activation_bytes, (util::live_tensor_bytes() - live_before) -
+                                                                  (sharded.memory().transient_bytes - engine_before));
+    loss = s.faults->on_loss(step, loss);
+    sharded.backward(loss, /*last_micro_batch=*/micro + 1 == cfg.train.grad_accum);
+    loss_sum += static_cast<double>(loss.item<float>());
+  }
+  // Every rank sees every rank's loss and the global gradient norm, so all decide alike.
+  at::Tensor rank_losses = at::empty({s.world}, at::kDouble);
+  const auto gather_t0 = Clock::now();
+  s.comm->all_gather(at::tensor({loss_sum}, at::kDouble), rank_losses);
+  StepMetrics m;
+  m.series = s.task->finish_step(*s.comm);  // e.g. MoE aux loss, VAE recon/KL
+  const double loss_gather_s = std::chrono::duration<double>(Clock::now() - gather_t0).count();
+  double total_loss = 0.0;
+  std::string bad_ranks;
+  for (int r = 0; r < s.world; ++r) {
+    const double l = rank_losses.data_ptr<double>()[r];
+    total_loss += l;
+    if (!std::isfinite(l)) bad_ranks += (bad_ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  m.step = step;
+  m.loss = static_cast<float>(total_loss / static_cast<double>(s.world * cfg.train.grad_accum));
+  m.grad_norm = sharded.finish_gradients(cfg.train.clip_grad_norm);
+  m.lr = s.schedule.at(step);
+  const bool finite = std::isfinite(m.loss) && std::isfinite(m.grad_norm);
+  if (!finite && cfg.train.on_nonfinite == OnNonfinite::Abort) {
+    throw std::runtime_error("non-finite loss " + exact_float(m.loss) + " / gradient norm " +
+                             std::to_string(m.grad_norm) + " at step " + std::to_string(step) +
+                             (bad_ranks.empty() ? std::string() : " (from rank " + bad_ranks + ")") +
+                             "; train.on_nonfinite=abort (skip would drop such steps)");
+  }
+  double optimizer_s = 0.0;
+  if (finite) {
+    const auto opt_t0 = Clock::now();
+    const double comm_before_opt = sharded.exposed_comm_seconds();
+    s.optim->step(m.lr);
+    // The parameter all-gather of optim / optim_grads inside step() counts as communication.
+    optimizer_s = std::chrono::duration<double>(Clock::now() - opt_t0).count() -
+                  (sharded.exposed_comm_seconds() - comm_before_opt);
+    s.last_loss = m.loss;
+  } else {
+    sharded.discard_gradients();
+    ++s.skipped_steps;
+    s.log->line("step " + std::to_string(step) + " skipped: non-finite loss " + exact_float(m.loss) + " from rank " +
+                bad_ranks + " (train.on_nonfinite=skip)");
+  }
+  m.skipped = !finite;
+  m.step_time_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  s.step_times.push_back(m.step_time_s);
+  m.throughput_key = s.throughput_key;
+  m.throughput = s.items_per_step / m.step_time_s;
 
-  std::unique_ptr<JsonlWriter> metrics;
-  if (rank == 0) metrics = std::make_unique<JsonlWriter>(run_dir + "/metrics.jsonl");
-  const bool tty = rank == 0 && isatty(STDOUT_FILENO);
-  const double items_per_step = task->items_per_step();
-  const std::string throughput_key = task->item_name() + "_per_s";  // tokens_per_s, clips_per_s
-  std::vector<double> step_times;
-  const auto job_start = Clock::now();
-  float last_loss = 0.0f;
-  int64_t skipped_steps = 0, stopped_at = 0;
-  int stop_requested = 0;
+  // Where the step went on this rank (compute, communication it waited for, optimizer) and
+  // its memory, gathered so rank 0 can log every rank's; the same gather carries each rank's
+  // stop request (SIGINT/SIGTERM): all stop together.
+  const MemoryStats mem = sharded.memory();
+  const CommStats comm_after = sharded.comm_stats();
+  RankFigures& f = m.local;
+  f.comm_exposed_s = sharded.exposed_comm_seconds() + loss_gather_s;
+  f.optimizer_s = optimizer_s;
+  f.compute_s = std::max(0.0, m.step_time_s - f.comm_exposed_s - optimizer_s);
+  f.mem_params_bytes = mem.params_bytes;
+  f.mem_grads_bytes = mem.grads_bytes;
+  f.mem_optim_bytes = mem.optim_bytes;
+  f.mem_gathered_peak_bytes = mem.gathered_peak_bytes;
+  f.rss_peak_bytes = peak_rss_bytes();
+  f.stop_signal = StopSignal::pending();
+  f.mem_saved_activations_bytes = saved_activation_bytes;
+  f.mem_step_peak_bytes = util::peak_tensor_bytes() - step_base_bytes;
+  f.comm_bytes_sent = comm_after.bytes_sent - comm_before.bytes_sent;
+  f.comm_collectives = comm_after.collectives - comm_before.collectives;
+  const std::vector<int64_t> mine = f.pack();
+  const int64_t n = RankFigures::field_count();
+  at::Tensor all = at::empty({s.world * n}, at::kLong);
+  s.comm->all_gather(at::tensor(mine, at::kLong), all);
+  for (int r = 0; r < s.world; ++r) m.ranks.push_back(RankFigures::unpack(all.data_ptr<int64_t>() + r * n));
+  for (int r = 0; r < s.world && s.stop_requested == 0; ++r) s.stop_requested = static_cast<int>(m.ranks[r].stop_signal);
+  if (s.rank == 0) {
+    s.metrics->write(m.to_json());
+    s.print_progress(m);
+  }
+  if (step % cfg.train.log_every == 0 || step == cfg.train.steps) {
+    s.log->line("step " + std::to_string(step) + " loss " + exact_float(m.loss) + " grad_norm " +
+                std::to_string(m.grad_norm));
+  }
+  s.check_memory("step " + std::to_string(step));
+  return s.stop_requested == 0;
+}
 
-  int64_t current_step = start_step;
+void Trainer::evaluate(int64_t step) { (void)step; }
+
+void Trainer::save(int64_t step) {
+  Impl& s = *impl_;
+  ckpt::SaveOptions so;
+  so.step = step;
+  so.config = config_to_json(s.cfg, s.world);
+  so.keep_last = s.cfg.train.keep_last;
+  so.kill_rank_midway = s.faults->kill_rank_in_save(step);
+  const auto t0 = Clock::now();
+  const std::string dir = ckpt::save_checkpoint(s.checkpoint_root, *s.sharded, *s.optim, so);
+  s.last_saved = step;
+  s.log->line("saved " + dir + " in " + std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()) +
+              " s; peak RSS " + std::to_string(peak_rss_bytes() >> 20) + " MiB");
+  s.check_memory("saving step " + std::to_string(step));
+}
+
+int Trainer::finish() {
+  Impl& s = *impl_;
+  const TrainConfig& cfg = s.cfg;
+  if (s.stopped_at > 0) {
+    const std::string name = s.stop_requested == SIGINT ? "SIGINT" : "SIGTERM";
+    s.log->line(name + ": stopped after step " + std::to_string(s.stopped_at));
+    if (cfg.train.save_on_signal && s.last_saved != s.stopped_at) save(s.stopped_at);
+    if (s.rank == 0) {
+      std::printf("\nstopped by %s after step %lld%s; resume with --resume %s\n", name.c_str(),
+                  static_cast<long long>(s.stopped_at), cfg.train.save_on_signal ? " (saved)" : "", s.run_dir.c_str());
+    }
+    s.comm->barrier();
+    s.log->line("finished (stopped)");
+    return s.stop_requested == SIGINT ? 130 : 0;
+  }
+  const int64_t final_step = std::max(s.start_step, cfg.train.steps);
+  if (cfg.train.save_final && s.last_saved != final_step) save(final_step);
+  if (cfg.run.dump_final_shards) {
+    std::ofstream out(s.run_dir + "/final_shard.rank" + std::to_string(s.rank) + ".bin", std::ios::binary);
+    for (const auto& t : s.sharded->local_shards()) {
+      out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+    }
+  }
+  s.comm->barrier();
+  if (s.rank == 0) {
+    std::vector<double> sorted = s.step_times;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
+    const double per_s = median > 0 ? s.items_per_step / median : 0.0;
+    const MemoryStats m = s.sharded->memory();
+    nlohmann::json summary = {{"run_dir", s.run_dir},
+                              {"world_size", s.world},
+                              {"strategy", strategy_name(cfg.parallel.strategy)},
+                              {"steps", cfg.train.steps},
+                              {"final_loss", static_cast<double>(s.last_loss)},
+                              {"skipped_steps", s.skipped_steps},
+                              {"median_step_time_s", median},
+                              {s.throughput_key, per_s},
+                              {"num_params", m.num_params},
+                              {"largest_unit_bytes", m.largest_unit_bytes}};
+    std::ofstream(s.run_dir + "/summary.json") << summary.dump(2) << "\n";
+    if (s.step_times.empty()) {
+      std::printf("done: nothing to train (resumed at step %lld of %lld); run dir %s\n",
+                  static_cast<long long>(s.start_step), static_cast<long long>(cfg.train.steps), s.run_dir.c_str());
+    } else {
+      std::printf("done: %lld steps, final loss %.4f, median %.3f s/step; run dir %s\n",
+                  static_cast<long long>(cfg.train.steps), static_cast<double>(s.last_loss), median, s.run_dir.c_str());
+    }
+  }
+  s.log->line("finished");
+  return 0;
+}
+
+int Trainer::run() {
+  setup();
+  Impl& s = *impl_;
   try {
-    for (int64_t step = start_step + 1; step <= cfg.steps; ++step) {
-      current_step = step;
-      const auto t0 = Clock::now();
-      sharded->reset_gathered_peak();
-      sharded->reset_exposed_comm();
-      // Tensor bytes of the step beyond what it started with (model states and whatever is
-      // kept between steps): its peak, and what the forward keeps for backward (activations).
-      util::reset_peak_tensor_bytes();
-      const int64_t step_base_bytes = util::live_tensor_bytes();
-      const CommStats comm_before = sharded->comm_stats();
-      int64_t saved_activation_bytes = 0;
-      double loss_sum = 0.0;
-      if (cfg.debug_fail_at_step == step && cfg.debug_fail_rank == rank) {
-        if (cfg.debug_fail_kind == "exception") {
-          throw std::runtime_error("injected failure (debug.fail_at_step=" + std::to_string(step) + ") on rank " +
-                                   std::to_string(rank));
-        }
-        if (cfg.debug_fail_kind == "desync") comm->barrier();  // a collective the other ranks do not call
-        if (cfg.debug_fail_kind == "sigkill") {
-          std::fprintf(stderr, "rank %d: injected SIGKILL at step %lld\n", rank, static_cast<long long>(step));
-          std::fflush(stderr);
-          std::raise(SIGKILL);
-        }
-      }
-      for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
-        const int64_t live_before = util::live_tensor_bytes(), engine_before = sharded->memory().transient_bytes;
-        at::Tensor loss = task->loss(step - 1, micro);
-        // What the graph holds now, less what the engine's own transients (gathered units,
-        // their send copies) grew or shrank by meanwhile.
-        saved_activation_bytes =
-            std::max(saved_activation_bytes, (util::live_tensor_bytes() - live_before) -
-                                                 (sharded->memory().transient_bytes - engine_before));
-        if (cfg.debug_fail_kind == "nan" && cfg.debug_fail_at_step == step && cfg.debug_fail_rank == rank) {
-          loss = loss * std::numeric_limits<float>::quiet_NaN();
-        }
-        sharded->backward(loss, /*last_micro_batch=*/micro + 1 == cfg.grad_accum);
-        loss_sum += static_cast<double>(loss.item<float>());
-      }
-      // Every rank sees every rank's loss and the global gradient norm, so all decide alike.
-      at::Tensor rank_losses = at::empty({world}, at::kDouble);
-      const auto gather_t0 = Clock::now();
-      comm->all_gather(at::tensor({loss_sum}, at::kDouble), rank_losses);
-      const nlohmann::json series_metrics = task->finish_step(*comm);  // e.g. MoE aux loss, VAE recon/KL
-      const double loss_gather_s = std::chrono::duration<double>(Clock::now() - gather_t0).count();
-      double total_loss = 0.0;
-      std::string bad_ranks;
-      for (int r = 0; r < world; ++r) {
-        const double l = rank_losses.data_ptr<double>()[r];
-        total_loss += l;
-        if (!std::isfinite(l)) bad_ranks += (bad_ranks.empty() ? "" : ", ") + std::to_string(r);
-      }
-      const float loss = static_cast<float>(total_loss / static_cast<double>(world * cfg.grad_accum));
-      const double grad_norm = sharded->finish_gradients(cfg.clip_grad_norm);
-      const double lr = schedule.at(step);
-      const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
-      if (!finite && cfg.on_nonfinite == "abort") {
-        throw std::runtime_error("non-finite loss " + exact_float(loss) + " / gradient norm " + std::to_string(grad_norm) +
-                                 " at step " + std::to_string(step) +
-                                 (bad_ranks.empty() ? std::string() : " (from rank " + bad_ranks + ")") +
-                                 "; train.on_nonfinite=abort (skip would drop such steps)");
-      }
-      double optimizer_s = 0.0;
-      if (finite) {
-        const auto opt_t0 = Clock::now();
-        const double comm_before = sharded->exposed_comm_seconds();
-        optim.step(lr);
-        // The parameter all-gather of optim / optim_grads inside step() counts as communication.
-        optimizer_s = std::chrono::duration<double>(Clock::now() - opt_t0).count() -
-                      (sharded->exposed_comm_seconds() - comm_before);
-        last_loss = loss;
-      } else {
-        sharded->discard_gradients();
-        ++skipped_steps;
-        log.line("step " + std::to_string(step) + " skipped: non-finite loss " + exact_float(loss) + " from rank " +
-                 bad_ranks + " (train.on_nonfinite=skip)");
-      }
-      const double step_time = std::chrono::duration<double>(Clock::now() - t0).count();
-      step_times.push_back(step_time);
-      // Where the step went on this rank: compute, communication it waited for, optimizer.
-      const double comm_exposed_s = sharded->exposed_comm_seconds() + loss_gather_s;
-      const double compute_s = std::max(0.0, step_time - comm_exposed_s - optimizer_s);
-
-      const int64_t step_peak_bytes = util::peak_tensor_bytes() - step_base_bytes;
-      const CommStats comm_after = sharded->comm_stats();
-      // Per-rank memory and time figures, gathered so rank 0 can log all of them (times in ns).
-      const MemoryStats m = sharded->memory();
-      auto ns = [](double seconds) { return static_cast<int64_t>(seconds * 1e9); };
-      // The same gather carries each rank's stop request (SIGINT/SIGTERM): all stop together.
-      constexpr int kFields = 13;
-      at::Tensor mine = at::tensor({m.params_bytes, m.grads_bytes, m.optim_bytes, m.gathered_peak_bytes, peak_rss_bytes(),
-                                    static_cast<int64_t>(StopSignal::pending()), saved_activation_bytes,
-                                    step_peak_bytes, ns(compute_s), ns(comm_exposed_s), ns(optimizer_s),
-                                    comm_after.bytes_sent - comm_before.bytes_sent,
-                                    comm_after.collectives - comm_before.collectives},
-                                   at::kLong);
-      at::Tensor all = at::empty({world * kFields}, at::kLong);
-      comm->all_gather(mine, all);
-      const int64_t* a = all.data_ptr<int64_t>();
-      for (int r = 0; r < world && stop_requested == 0; ++r) stop_requested = static_cast<int>(a[r * kFields + 5]);
-      if (rank == 0) {
-        nlohmann::json per_rank = nlohmann::json::array();
-        for (int r = 0; r < world; ++r) {
-          const int64_t* f = a + r * kFields;
-          per_rank.push_back({{"rank", r},
-                              {"mem_params_bytes", f[0]},
-                              {"mem_grads_bytes", f[1]},
-                              {"mem_optim_bytes", f[2]},
-                              {"mem_gathered_peak_bytes", f[3]},
-                              {"rss_peak_bytes", f[4]},
-                              {"mem_saved_activations_bytes", f[6]},
-                              {"mem_step_peak_bytes", f[7]},
-                              {"compute_s", static_cast<double>(f[8]) * 1e-9},
-                              {"comm_exposed_s", static_cast<double>(f[9]) * 1e-9},
-                              {"optimizer_s", static_cast<double>(f[10]) * 1e-9},
-                              {"comm_bytes_sent", f[11]},
-                              {"comm_collectives", f[12]}});
-        }
-        nlohmann::json line = {{"step", step},
-                               {"loss", static_cast<double>(loss)},
-                               {"lr", lr},
-                               {"grad_norm", grad_norm},
-                               {"step_time_s", step_time},
-                               {throughput_key, items_per_step / step_time},
-                               {"compute_s", compute_s},
-                               {"comm_exposed_s", comm_exposed_s},
-                               {"optimizer_s", optimizer_s},
-                               {"mem_params_bytes", a[0]},
-                               {"mem_grads_bytes", a[1]},
-                               {"mem_optim_bytes", a[2]},
-                               {"mem_gathered_peak_bytes", a[3]},
-                               {"rss_peak_bytes", a[4]},
-                               {"mem_saved_activations_bytes", a[6]},
-                               {"mem_step_peak_bytes", a[7]},
-                               {"skipped", !finite},
-                               {"ranks", per_rank}};
-        for (auto it = series_metrics.begin(); it != series_metrics.end(); ++it) line[it.key()] = it.value();
-        metrics->write(line);
-        const double elapsed = std::chrono::duration<double>(Clock::now() - job_start).count();
-        const double eta = elapsed / static_cast<double>(step - start_step) * static_cast<double>(cfg.steps - step);
-        char text[256];
-        std::snprintf(text, sizeof(text), "step %lld/%lld | loss %.4f | %s %s/s | %.3f s/step | ETA %.0fs",
-                      static_cast<long long>(step), static_cast<long long>(cfg.steps), static_cast<double>(loss),
-                      human_count(items_per_step / step_time).c_str(),
-                      task->item_name() == "tokens" ? "tok" : task->item_name().c_str(), step_time, eta);
-        if (cfg.progress && tty) {
-          // A bar on a terminal, redrawn in place.
-          const int width = 24;
-          const int filled = static_cast<int>(width * step / std::max<int64_t>(1, cfg.steps));
-          const std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
-          std::printf("\r[%s] %3d%% %-100s", bar.c_str(), static_cast<int>(100 * step / std::max<int64_t>(1, cfg.steps)), text);
-          if (step == cfg.steps) std::printf("\n");
-          std::fflush(stdout);
-        } else if (cfg.progress && (step % cfg.log_every == 0 || step == 1 || step == cfg.steps)) {
-          std::printf("%s\n", text);
-          std::fflush(stdout);
-        }
-      }
-      if (step % cfg.log_every == 0 || step == cfg.steps) {
-        log.line("step " + std::to_string(step) + " loss " + exact_float(loss) + " grad_norm " + std::to_string(grad_norm));
-      }
-      check_memory("step " + std::to_string(step));
-      if (cfg.save_every > 0 && step % cfg.save_every == 0) save(step);
-      if (stop_requested != 0) {
-        stopped_at = step;
+    for (int64_t step = s.start_step + 1; step <= s.cfg.train.steps; ++step) {
+      const bool go_on = this->step(step);
+      evaluate(step);
+      if (s.cfg.train.save_every > 0 && step % s.cfg.train.save_every == 0) save(step);
+      if (!go_on) {
+        s.stopped_at = step;
         break;
       }
     }
   } catch (const CommError& e) {
     // A lost or stalled peer: say at which step (the checkpoint to resume from is the last save).
-    throw CommError(std::string(e.what()) + " [during step " + std::to_string(current_step) + "; last checkpoint: " +
-                    (last_saved >= 0 ? "step " + std::to_string(last_saved) : std::string("none")) + "]");
+    throw CommError(std::string(e.what()) + " [during step " + std::to_string(s.current_step) + "; last checkpoint: " +
+                    (s.last_saved >= 0 ? "step " + std::to_string(s.last_saved) : std::string("none")) + "]");
   }
-  if (stopped_at > 0) {
-    const std::string name = stop_requested == SIGINT ? "SIGINT" : "SIGTERM";
-    log.line(name + ": stopped after step " + std::to_string(stopped_at));
-    if (cfg.save_on_signal && last_saved != stopped_at) save(stopped_at);
-    if (rank == 0) {
-      std::printf("\nstopped by %s after step %lld%s; resume with --resume %s\n", name.c_str(),
-                  static_cast<long long>(stopped_at), cfg.save_on_signal ? " (saved)" : "", run_dir.c_str());
-    }
-    comm->barrier();
-    log.line("finished (stopped)");
-    return stop_requested == SIGINT ? 130 : 0;
-  }
-  const int64_t final_step = std::max(start_step, cfg.steps);
-  if (cfg.save_final && last_saved != final_step) save(final_step);
-
-  if (cfg.dump_final_shards) {
-    std::ofstream out(run_dir + "/final_shard.rank" + std::to_string(rank) + ".bin", std::ios::binary);
-    for (const auto& t : sharded->local_shards()) {
-      out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
-    }
-  }
-  comm->barrier();
-  if (rank == 0) {
-    std::vector<double> sorted = step_times;
-    std::sort(sorted.begin(), sorted.end());
-    const double median = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
-    const double per_s = median > 0 ? items_per_step / median : 0.0;
-    const MemoryStats m = sharded->memory();
-    nlohmann::json summary = {{"run_dir", run_dir},
-                              {"world_size", world},
-                              {"strategy", cfg.strategy},
-                              {"steps", cfg.steps},
-                              {"final_loss", static_cast<double>(last_loss)},
-                              {"skipped_steps", skipped_steps},
-                              {"median_step_time_s", median},
-                              {throughput_key, per_s},
-                              {"num_params", m.num_params},
-                              {"largest_unit_bytes", m.largest_unit_bytes}};
-    std::ofstream(run_dir + "/summary.json") << summary.dump(2) << "\n";
-    if (step_times.empty()) {
-      std::printf("done: nothing to train (resumed at step %lld of %lld); run dir %s\n",
-                  static_cast<long long>(start_step), static_cast<long long>(cfg.steps), run_dir.c_str());
-    } else {
-      std::printf("done: %lld steps, final loss %.4f, median %.3f s/step; run dir %s\n",
-                  static_cast<long long>(cfg.steps), static_cast<double>(last_loss), median, run_dir.c_str());
-    }
-  }
-  log.line("finished");
-  return 0;
+  return finish();
 }
 
 }  // namespace zeroshard::train

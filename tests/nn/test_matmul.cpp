@@ -102,18 +102,3 @@ TEST(Bf16Matmul, ViaFp32KeepsOnlyTheBf16OperandsForBackward) {
   y.to(torch::kFloat).sum().backward();
   EXPECT_TRUE(x.grad().defined() && w.grad().defined());
 }
-
-TEST(TensorMemory, CountsLiveBytesAndThePeak) {
-  util::track_tensor_memory();
-  ASSERT_TRUE(util::tensor_memory_tracked());
-  util::reset_peak_tensor_bytes();
-  const int64_t base = util::live_tensor_bytes();
-  {
-    auto a = torch::empty({1000}, torch::kFloat);
-    EXPECT_EQ(util::live_tensor_bytes() - base, 4000);
-    { auto b = torch::empty({500}, torch::kDouble); }
-    EXPECT_EQ(util::live_tensor_bytes() - base, 4000);
-    EXPECT_EQ(util::peak_tensor_bytes() - base, 8000);
-  }
-  EXPECT_EQ(util::live_tensor_bytes(), base);
-}

@@ -81,22 +81,6 @@ TEST(AdamW, GradScaleEqualsAPreScaledGradient) {
   EXPECT_FALSE(torch::equal(m1, g * 0.1f)) << "the scale must reach the moments";
 }
 
-// The norm's sum of squares: the same bits with 1 or 2 threads, close to a plain double sum.
-TEST(SumOfSquares, ThreadCountDoesNotChangeBits) {
-  torch::manual_seed(11);
-  const int64_t n = 100003;  // several blocks and a ragged tail
-  auto x = torch::randn({n});
-  const int threads = torch::get_num_threads();
-  torch::set_num_threads(1);
-  const double one = util::sum_of_squares(x.data_ptr<float>(), n);
-  torch::set_num_threads(2);
-  const double two = util::sum_of_squares(x.data_ptr<float>(), n);
-  torch::set_num_threads(threads);
-  EXPECT_EQ(std::memcmp(&one, &two, sizeof(double)), 0);
-  const double ref = x.to(torch::kDouble).pow(2).sum().item<double>();
-  EXPECT_NEAR(one, ref, 1e-12 * ref);
-}
-
 TEST(LrSchedule, WarmupThenCosine) {
   LrSchedule s{1.0, 0.1, 10, 110};
   EXPECT_DOUBLE_EQ(s.at(1), 0.1);

@@ -2,6 +2,8 @@
 
 #include "support/spawn.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <fstream>
 #include <iterator>
@@ -76,6 +78,47 @@ PngDiff compare_pngs(const std::string& path_a, const std::string& path_b) {
     d.far += x > 1 ? 1 : 0;
   }
   return d;
+}
+
+const std::vector<std::string> kAllStrategies = {"no_shard", "optim", "optim_grads", "optim_grads_params"};
+
+std::vector<TrainRun> expect_identical_strategies(const std::string& args, int world, int64_t steps,
+                                                  const std::string& tag, const ParityOptions& o) {
+  std::vector<TrainRun> runs;
+  const std::string shards = o.final_shards ? " --set run.dump_final_shards=true" : "";
+  for (const auto& s : o.strategies) {
+    const std::string a = args + shards + " --set parallel.strategy=" + s;
+    runs.push_back(o.small_model ? train(a, world, tag + "_" + s) : train_series(a, world, tag + "_" + s));
+    const TrainRun& r = runs.back();
+    if (r.exit_code != 0) {
+      ADD_FAILURE() << tag << ": " << s << " at W=" << world << " exited " << r.exit_code << ":\n" << r.output;
+      return runs;
+    }
+    if (static_cast<int64_t>(r.metrics.size()) != steps) {
+      ADD_FAILURE() << tag << ": " << s << " wrote " << r.metrics.size() << " metrics lines, expected " << steps;
+      return runs;
+    }
+  }
+  const auto base = loss_texts(runs[0]);
+  for (size_t k = 1; k < runs.size(); ++k) {
+    const auto texts = loss_texts(runs[k]);
+    for (size_t i = 0; i < base.size(); ++i) {
+      if (texts[i] != base[i]) {
+        ADD_FAILURE() << tag << ": " << o.strategies[k] << " differs from " << o.strategies[0] << " at W=" << world
+                      << " step " << i + 1 << ": " << texts[i] << " vs " << base[i];
+        break;
+      }
+    }
+    for (int r = 0; o.final_shards && r < world; ++r) {
+      const std::string name = "/final_shard.rank" + std::to_string(r) + ".bin";
+      const std::string a = read_text(runs[0].dir + name), b = read_text(runs[k].dir + name);
+      if (a.empty() || a != b) {
+        ADD_FAILURE() << tag << ": final parameters of rank " << r << " under " << o.strategies[k]
+                      << (a.empty() ? " (none written)" : " differ from " + o.strategies[0]);
+      }
+    }
+  }
+  return runs;
 }
 
 std::vector<std::string> loss_texts(const TrainRun& r) {

@@ -37,6 +37,23 @@ struct PngDiff {
 };
 PngDiff compare_pngs(const std::string& path_a, const std::string& path_b);
 
+// The four strategies; no_shard first (the one the others are compared with).
+extern const std::vector<std::string> kAllStrategies;
+
+struct ParityOptions {
+  bool small_model = true;     // prepend kSmallModel (false: args name their own config)
+  bool final_shards = false;   // also compare each rank's final fp32 master shards
+  std::vector<std::string> strategies = kAllStrategies;
+};
+
+// "These strategies at W ranks give identical bits": trains `args` once per strategy
+// (--set parallel.strategy=S) on `world` ranks and expects each run to exit 0 with exactly
+// `steps` lines in metrics.jsonl, and the same loss and gradient norm bits at every step as the
+// first strategy's (and, with final_shards, the same final parameters on every rank). Failures
+// are gtest failures naming the strategy, step and rank; returns the runs for further checks.
+std::vector<TrainRun> expect_identical_strategies(const std::string& args, int world, int64_t steps,
+                                                  const std::string& tag, const ParityOptions& options = {});
+
 // Largest |loss_b - loss_a| / |loss_a| over b's steps after after_step (each must be in a).
 double max_rel_loss_diff(const TrainRun& a, const TrainRun& b, int64_t after_step = 0);
 

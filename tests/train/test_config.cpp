@@ -1,4 +1,5 @@
 #include "support/spawn.h"
+#include "models/llama/series.h"
 #include "train/config.h"
 
 #include <gtest/gtest.h>
@@ -6,6 +7,7 @@
 #include <fstream>
 
 using namespace zeroshard::train;
+using zeroshard::Strategy;
 
 namespace {
 std::string write_yaml(const std::string& dir, const std::string& name, const std::string& text) {
@@ -25,8 +27,9 @@ std::string error_of(const std::function<void()>& fn) {
 
 TEST(Config, DefaultsAreTheDefaultJob) {
   auto c = load_config("", {});
-  EXPECT_EQ(c.strategy, "optim_grads_params");
-  EXPECT_EQ(c.model_series, "llama");
+  EXPECT_EQ(c.parallel.strategy, Strategy::OptimGradsParams);
+  EXPECT_EQ(c.series, "llama");
+  EXPECT_EQ(c.series_config<zeroshard::models::LlamaSeriesConfig>().llama.n_layers, 4);
 }
 
 TEST(Config, FileThenOverridesWithProvenance) {
@@ -35,10 +38,10 @@ TEST(Config, FileThenOverridesWithProvenance) {
   const auto child = write_yaml(dir, "child.yaml", "base: base.yaml\ntrain:\n  steps: 9\n");
   Provenance prov;
   auto c = load_config(child, {"train.micro_batch_size=3"}, &prov);
-  EXPECT_EQ(c.steps, 9);
-  EXPECT_DOUBLE_EQ(c.lr, 0.01);
-  EXPECT_EQ(c.llama.dim, 64);
-  EXPECT_EQ(c.micro_batch_size, 3);
+  EXPECT_EQ(c.train.steps, 9);
+  EXPECT_DOUBLE_EQ(c.train.lr, 0.01);
+  EXPECT_EQ(c.series_config<zeroshard::models::LlamaSeriesConfig>().llama.dim, 64);
+  EXPECT_EQ(c.train.micro_batch_size, 3);
   EXPECT_EQ(prov["train.steps"], child);
   EXPECT_EQ(prov["train.lr"], base);
   EXPECT_EQ(prov["train.micro_batch_size"], "--set");
@@ -75,23 +78,23 @@ TEST(Config, WrongTypesAndRangesNameKeyValueAndAllowed) {
 }
 
 TEST(Config, ZeroStageAliasAndItsConflicts) {
-  EXPECT_EQ(load_config("", {"parallel.zero_stage=2"}).strategy, "optim_grads");
-  EXPECT_EQ(load_config("", {"parallel.zero_stage=0"}).strategy, "no_shard");
+  EXPECT_EQ(load_config("", {"parallel.zero_stage=2"}).parallel.strategy, Strategy::OptimGrads);
+  EXPECT_EQ(load_config("", {"parallel.zero_stage=0"}).parallel.strategy, Strategy::NoShard);
   // The same source giving both, differently, is an error...
   auto msg = error_of([] { load_config("", {"parallel.strategy=optim", "parallel.zero_stage=3"}); });
   EXPECT_NE(msg.find("contradicts"), std::string::npos) << msg;
   // ...while --set overrides what a file says.
   const auto dir = zeroshard::testing::make_temp_dir("cfg");
   const auto f = write_yaml(dir, "s.yaml", "parallel:\n  strategy: optim\n");
-  EXPECT_EQ(load_config(f, {"parallel.zero_stage=3"}).strategy, "optim_grads_params");
-  EXPECT_EQ(load_config(f, {}).strategy, "optim");
+  EXPECT_EQ(load_config(f, {"parallel.zero_stage=3"}).parallel.strategy, Strategy::OptimGradsParams);
+  EXPECT_EQ(load_config(f, {}).parallel.strategy, Strategy::Optim);
 }
 
 TEST(Config, GlobalBatchMustDivideByRanksTimesMicroBatch) {
   auto c = load_config("", {"train.global_batch_size=24", "train.micro_batch_size=4"});
   TrainConfig at3 = c;
   apply_world_size(at3, 3, 3);
-  EXPECT_EQ(at3.grad_accum, 2);
+  EXPECT_EQ(at3.train.grad_accum, 2);
   TrainConfig at4 = c;
   EXPECT_EQ(error_of([&] { apply_world_size(at4, 4, 4); }),
             "train.global_batch_size=24 is not a multiple of world size 4 x train.micro_batch_size 4 = 16");
@@ -103,7 +106,7 @@ TEST(Config, HybridShardGroupDefaultsToOneHostAndMustDivideTheWorld) {
   auto c = load_config("", {"parallel.hybrid=true"});
   TrainConfig two_hosts = c;
   apply_world_size(two_hosts, 4, 2);  // 2 hosts x 2 ranks
-  EXPECT_EQ(two_hosts.shard_group_size, 2);
+  EXPECT_EQ(two_hosts.parallel.shard_group_size, 2);
   TrainConfig odd = load_config("", {"parallel.hybrid=true", "parallel.shard_group_size=3"});
   EXPECT_EQ(error_of([&] { apply_world_size(odd, 4, 4); }),
             "parallel.shard_group_size=3 does not divide the world size 4: hybrid sharding holds one copy of the "
@@ -126,12 +129,12 @@ TEST(Config, SpeedKeysAreTypedAndCheckedAgainstEachOther) {
   auto c = load_config("", {"mixed_precision.reduce_dtype=bf16", "mixed_precision.bf16_matmul=via_fp32",
                             "parallel.max_live_units=3", "parallel.persistence_threshold=100000",
                             "parallel.reduce_bucket_bytes=4194304"});
-  EXPECT_EQ(c.reduce_dtype, "bf16");
-  EXPECT_EQ(c.bf16_matmul, "via_fp32");
-  EXPECT_TRUE(c.prefetch) << "ZeRO-3 prefetches by default";
-  EXPECT_EQ(c.max_live_units, 3);
-  EXPECT_EQ(c.persistence_threshold, 100000);
-  EXPECT_EQ(c.reduce_bucket_bytes, 4194304);
+  EXPECT_EQ(c.mixed_precision.reduce_dtype, DType::BF16);
+  EXPECT_EQ(c.mixed_precision.bf16_matmul, Bf16Matmul::ViaFp32);
+  EXPECT_TRUE(c.parallel.prefetch) << "ZeRO-3 prefetches by default";
+  EXPECT_EQ(c.parallel.max_live_units, 3);
+  EXPECT_EQ(c.parallel.persistence_threshold, 100000);
+  EXPECT_EQ(c.parallel.reduce_bucket_bytes, 4194304);
   auto msg = error_of([] { load_config("", {"mixed_precision.reduce_dtype=fp16"}); });
   EXPECT_NE(msg.find("mixed_precision.reduce_dtype"), std::string::npos) << msg;
   EXPECT_NE(msg.find("bf16"), std::string::npos) << msg;
@@ -142,4 +145,43 @@ TEST(Config, SpeedKeysAreTypedAndCheckedAgainstEachOther) {
   // A bound on what prefetch gathers ahead means nothing without prefetch: an error, not ignored.
   msg = error_of([] { load_config("", {"parallel.prefetch=false", "parallel.max_live_units=4"}); });
   EXPECT_NE(msg.find("set parallel.prefetch: true"), std::string::npos) << msg;
+}
+
+TEST(Config, KeysOfAnotherSeriesNameTheirSeriesAndEveryKeyHasHelp) {
+  auto msg = error_of([] { load_config("", {"vae.z_channels=8"}); });
+  EXPECT_NE(msg.find("vae.z_channels=8 applies to model.series: vae, flux, wan, not llama"), std::string::npos) << msg;
+  msg = error_of([] { load_config("", {"model.series=vae", "model.dim=64"}); });
+  EXPECT_NE(msg.find("model.dim=64 applies to model.series: llama, moe, not vae"), std::string::npos) << msg;
+  msg = error_of([] { load_config("", {"model.series=gpt5"}); });
+  EXPECT_NE(msg.find("'gpt5' is not a model series (registered: llama"), std::string::npos) << msg;
+  // The series is read first, wherever it comes: its keys may precede it.
+  EXPECT_EQ(load_config("", {"vae.z_channels=8", "model.series=vae"}).series, "vae");
+}
+
+TEST(Config, EveryKeyHasATypeAllowedValuesAndHelp) {
+  TrainConfig c;
+  const ConfigKeys keys = config_keys(c);
+  EXPECT_GT(keys.all().size(), 50u);
+  for (const auto& k : keys.all()) {
+    EXPECT_FALSE(k.help.empty()) << k.name;
+    EXPECT_FALSE(k.allowed.empty()) << k.name;
+    // Printing and parsing back gives the same value.
+    const std::string v = k.get();
+    k.set(v);
+    EXPECT_EQ(k.get(), v) << k.name;
+  }
+}
+
+TEST(Config, ASavedConfigRebuildsItsModelAndNamesWhatDiffers) {
+  TrainConfig c = load_config("", {"model.dim=64", "lora.rank=2", "model.init_from=", "train.steps=3"});
+  const nlohmann::json saved = config_to_json(c, 2);
+  const TrainConfig back = load_config("", model_overrides(saved));
+  EXPECT_EQ(back.series_config<zeroshard::models::LlamaSeriesConfig>().llama.dim, 64);
+  EXPECT_EQ(back.lora.rank, 2);
+  EXPECT_EQ(back.train.steps, TrainConfig().train.steps) << "training keys are not the model's";
+  EXPECT_TRUE(model_differences(back, saved).empty());
+  const TrainConfig other = load_config("", {"model.dim=32"});
+  const auto diffs = model_differences(other, saved);
+  ASSERT_EQ(diffs.size(), 1u);
+  EXPECT_EQ(diffs[0], "model.dim: checkpoint 64, this run 32");
 }

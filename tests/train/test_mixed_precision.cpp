@@ -10,14 +10,8 @@ using namespace zeroshard::testing;
 TEST(MixedPrecision, Bf16StrategiesAgreeBitwiseHalveTheGathersAndResumeExactly) {
   const std::string common = " --set train.steps=10 --set train.micro_batch_size=2 --set train.grad_accum=2";
   const std::string bf16 = " --set mixed_precision.param_dtype=bf16";
-  std::vector<TrainRun> runs;
-  for (const char* s : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
-    runs.push_back(train(common + bf16 + " --set train.save_every=5 --set parallel.strategy=" + s, 2,
-                         std::string("bf16_") + s));
-    ASSERT_EQ(runs.back().exit_code, 0) << s << "\n" << runs.back().output;
-    ASSERT_EQ(runs.back().metrics.size(), 10u);
-  }
-  for (size_t i = 1; i < runs.size(); ++i) EXPECT_EQ(loss_texts(runs[i]), loss_texts(runs[0])) << i;
+  const auto runs = expect_identical_strategies(common + bf16 + " --set train.save_every=5", 2, 10, "bf16");
+  ASSERT_FALSE(HasFailure());
   TrainRun fp32 = train(common + " --set parallel.strategy=optim_grads_params", 2, "fp32_ref");
   ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
   EXPECT_NE(loss_texts(fp32), loss_texts(runs[3])) << "bf16 must actually change the computation";

@@ -3,6 +3,7 @@
 // training, the towers unchanged and costing only their parameter shard, and its config checks.
 #include "io/safetensors.h"
 #include "models/flux/flux.h"
+#include "models/flux/series.h"
 #include "nn/init.h"
 #include "support/spawn.h"
 #include "support/train_run.h"
@@ -17,7 +18,7 @@ using namespace zeroshard::testing;
 
 namespace {
 
-const std::string kReference = std::string("/usr/bin/python3 ") + ZS_SOURCE_DIR + "/tests/models/reference_flux.py";
+const std::string kReference = std::string("/usr/bin/python3 ") + ZS_SOURCE_DIR + "/tests/models/flux/reference_flux.py";
 
 // 16x16 images -> 4x4x4 latents -> 4 patches; 48 caption tokens; 8/16/16-channel VAE tower.
 const std::string kSmallFlux = "--config " + std::string(ZS_SOURCE_DIR) +
@@ -26,7 +27,6 @@ const std::string kSmallFlux = "--config " + std::string(ZS_SOURCE_DIR) +
                                " --set train.micro_batch_size=2 --set train.grad_accum=2 --set train.steps=20"
                                " --set run.progress=false --set parallel.comm_timeout_s=60";
 
-const std::vector<std::string> kStrategies = {"no_shard", "optim", "optim_grads", "optim_grads_params"};
 
 }  // namespace
 
@@ -102,13 +102,10 @@ TEST(Flux, FourStrategiesAgreeBitwiseForFullAndLoraTrainingAndTheTowersStayFroze
   std::string full_export;
   for (const std::string lora : {"", " --set lora.rank=4 --set lora.alpha=8 --set lora.targets=qkv,linear1"}) {
     const std::string source = lora.empty() ? " --set flux.vae_from=" + vae_file : " --set model.init_from=" + full_export;
-    std::vector<TrainRun> runs;
-    for (const std::string& s : kStrategies) {
-      runs.push_back(train_series(kSmallFlux + source + lora + " --set parallel.strategy=" + s, 2, "flux_" + s));
-      ASSERT_EQ(runs.back().exit_code, 0) << s << lora << "\n" << runs.back().output;
-      ASSERT_EQ(runs.back().metrics.size(), 20u) << s;
-    }
-    for (size_t i = 1; i < runs.size(); ++i) EXPECT_EQ(loss_texts(runs[i]), loss_texts(runs[0])) << kStrategies[i] << lora;
+    ParityOptions o;
+    o.small_model = false;
+    const auto runs = expect_identical_strategies(kSmallFlux + source + lora, 2, 20, "flux", o);
+    ASSERT_FALSE(HasFailure()) << lora;
     // Sampling (Euler steps + the VAE decoder) gives the same picture at W = 2 under ZeRO-3 as
     // at W = 1 without sharding, up to a rounding step of a few pixels (1 vs 2 intra-op threads).
     std::string png[2];
@@ -142,7 +139,8 @@ TEST(Flux, FourStrategiesAgreeBitwiseForFullAndLoraTrainingAndTheTowersStayFroze
     int64_t total = 0, trainable = 0;
     {
       nn::DeferredInit deferred;
-      models::FluxPipeline p(cfg.flux, cfg.vae);
+      const auto& fc = cfg.series_config<models::FluxSeriesConfig>();
+      models::FluxPipeline p(fc.flux, fc.vae);
       if (!lora.empty()) nn::apply_lora(*p->dit, {4, 8.0, {"qkv", "linear1"}});
       for (const auto& item : p->named_parameters()) {
         total += item.value().numel();

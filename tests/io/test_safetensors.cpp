@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // Debian's python3 (python3-torch), whatever python3 comes first on PATH.
-const std::string kChecker = std::string("/usr/bin/python3 ") + ZS_SOURCE_DIR + "/tests/checkpoint/check_safetensors.py";
+const std::string kChecker = std::string("/usr/bin/python3 ") + ZS_SOURCE_DIR + "/tests/io/check_safetensors.py";
 
 // Every tensor of `expected` is in `actual` with equal float32 values.
 void expect_same_tensors(const std::string& expected, const std::string& actual) {

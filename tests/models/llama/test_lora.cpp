@@ -22,13 +22,8 @@ TEST(Lora, FourStrategiesAgreeBitwiseAndOnlyTheAdaptersTrain) {
   const std::string lora = " --set model.init_from=" + base_file +
                            " --set lora.rank=4 --set lora.alpha=8 --set lora.targets=wq,wv --set train.steps=12"
                            " --set train.micro_batch_size=2 --set train.grad_accum=2";
-  std::vector<TrainRun> runs;
-  for (const char* s : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
-    runs.push_back(zeroshard::testing::train(lora + " --set parallel.strategy=" + s, 2, std::string("lora_") + s));
-    ASSERT_EQ(runs.back().exit_code, 0) << s << "\n" << runs.back().output;
-    ASSERT_EQ(runs.back().metrics.size(), 12u);
-  }
-  for (size_t i = 1; i < runs.size(); ++i) EXPECT_EQ(loss_texts(runs[i]), loss_texts(runs[0])) << i;
+  const auto runs = expect_identical_strategies(lora, 2, 12, "lora");
+  ASSERT_FALSE(HasFailure());
 
   // 2 blocks x (wq: A 4x48 + B 48x4, wv: A 4x48 + B 24x4) = 1344 adapter parameters; under
   // optim_grads_params each rank keeps about half of their gradients and 2 AdamW moments.

@@ -3,6 +3,7 @@
 // bitwise equal, and the series' config checks.
 #include "data/shapes.h"
 #include "io/safetensors.h"
+#include "models/vae/series.h"
 #include "models/vae/vae.h"
 #include "nn/init.h"
 #include "support/spawn.h"
@@ -19,7 +20,7 @@ using namespace zeroshard::testing;
 
 namespace {
 
-const std::string kReference = std::string("/usr/bin/python3 ") + ZS_SOURCE_DIR + "/tests/models/reference_vae.py";
+const std::string kReference = std::string("/usr/bin/python3 ") + ZS_SOURCE_DIR + "/tests/models/vae/reference_vae.py";
 
 models::VaeConfig small_vae() {
   models::VaeConfig c;
@@ -178,9 +179,8 @@ TEST(Vae, KeysOfAnotherSeriesAndBadShapesAreRejected) {
     }
   };
   expect_error({"vae.z_channels=8"}, "vae.z_channels=8 applies to model.series: vae, flux, wan, not llama");
-  expect_error({"model.series=vae", "data.source=shapes", "model.dim=64"},
-               "model.dim=64 applies to the language-model series (llama, moe), not vae");
-  expect_error({"model.series=vae"}, "set data.source: shapes");
+  expect_error({"model.series=vae", "model.dim=64"}, "model.dim=64 applies to model.series: llama, moe, not vae");
+  expect_error({"model.series=vae", "data.source=system_text"}, "data.source: 'system_text' is not allowed");
   expect_error({"model.series=vae", "data.source=shapes", "vae.temporal_down=true"},
                "vae.temporal_down has 1 entries (true); it needs one per downsampling, levels - 1 = 2");
   expect_error({"model.series=vae", "data.source=shapes", "vae.chunk_frames=3"}, "vae.chunk_frames (3) must be a multiple");
@@ -188,6 +188,7 @@ TEST(Vae, KeysOfAnotherSeriesAndBadShapesAreRejected) {
   expect_error({"model.series=vae", "data.source=shapes", "vae.channel_mult=1,x"}, "not a comma-separated list of integers");
   // A YAML list reaches the key as its comma-joined text.
   const train::TrainConfig c = train::load_config(std::string(ZS_SOURCE_DIR) + "/configs/vae/medium.yaml", {});
-  EXPECT_EQ(c.vae.channel_mult, (std::vector<int64_t>{1, 2, 4}));
-  EXPECT_EQ(c.vae.temporal_down, (std::vector<bool>{true, true}));
+  const auto& vae = c.series_config<models::VaeSeriesConfig>().vae;
+  EXPECT_EQ(vae.channel_mult, (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_EQ(vae.temporal_down, (std::vector<bool>{true, true}));
 }

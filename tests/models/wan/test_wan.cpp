@@ -16,7 +16,7 @@ using namespace zeroshard::testing;
 
 namespace {
 
-const std::string kReference = std::string("/usr/bin/python3 ") + ZS_SOURCE_DIR + "/tests/models/reference_wan.py";
+const std::string kReference = std::string("/usr/bin/python3 ") + ZS_SOURCE_DIR + "/tests/models/wan/reference_wan.py";
 
 // 8 x 16 x 16 clips -> 4 x 4 x 4 x 4 latents (chunks of 4 frames) -> 16 video tokens.
 const std::string kSmallWan = "--config " + std::string(ZS_SOURCE_DIR) +
@@ -92,13 +92,10 @@ TEST(Wan, FourStrategiesAgreeBitwiseForFullAndLoraTrainingAndTheTowersStayFrozen
   std::string full_export;
   for (const std::string lora : {"", " --set lora.rank=4 --set lora.alpha=8 --set lora.targets=q,v"}) {
     const std::string source = lora.empty() ? " --set wan.vae_from=" + vae_file : " --set model.init_from=" + full_export;
-    std::vector<TrainRun> runs;
-    for (const std::string s : {"no_shard", "optim", "optim_grads", "optim_grads_params"}) {
-      runs.push_back(train_series(kSmallWan + source + lora + " --set parallel.strategy=" + s, 2, "wan_" + s));
-      ASSERT_EQ(runs.back().exit_code, 0) << s << lora << "\n" << runs.back().output;
-      ASSERT_EQ(runs.back().metrics.size(), 12u) << s;
-    }
-    for (size_t i = 1; i < runs.size(); ++i) EXPECT_EQ(loss_texts(runs[i]), loss_texts(runs[0])) << i << lora;
+    ParityOptions o;
+    o.small_model = false;
+    const auto runs = expect_identical_strategies(kSmallWan + source + lora, 2, 12, "wan", o);
+    ASSERT_FALSE(HasFailure()) << lora;
     // Gradients and AdamW state only for the trainable part: far below the parameter bytes.
     const auto& m = runs[3].metrics.back();
     EXPECT_LT(m["mem_grads_bytes"].get<int64_t>(), m["mem_params_bytes"].get<int64_t>()) << m.dump();

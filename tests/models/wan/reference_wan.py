@@ -24,7 +24,7 @@ import tempfile
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
 from reference_checks import compare, main, report  # noqa: E402
 from safetensors_io import read_file, read_header, write_file  # noqa: E402
 

@@ -1,0 +1,53 @@
+// A model series is one folder under src/models/<series>/ that registers itself in
+// src/models/series_list.cpp: its config keys (SeriesConfig), its training Task (model, seeded
+// init, data, loss, metrics), its wrap policy (which modules are sharding units), its sampling
+// entry, and its reference-check kinds. Config loading, the trainer, `sample`, `export` and the
+// CLI iterate this registry; nothing outside the folder names a series.
+#pragma once
+
+#include "reference/reference_check.h"
+#include "train/config.h"
+#include "zeroshard/comm.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zeroshard::ckpt {
+class Checkpoint;
+}
+namespace zeroshard::sample {
+struct SampleOptions;
+}
+namespace zeroshard::train {
+class Task;
+}
+
+namespace zeroshard::models {
+
+struct Series {
+  std::string name;     // the model.series value
+  std::string summary;  // one line for `zeroshard train --help` and errors
+  std::function<std::unique_ptr<train::SeriesConfig>()> make_config;
+  // This rank's task (of `world` ranks) for a validated config of this series.
+  std::function<std::unique_ptr<train::Task>(const train::TrainConfig&, int rank, int world)> make_task;
+  // Which modules (qualified names below the root) are sharding units; empty: every
+  // HookableModule. Used by training and sampling alike (train::shard_options).
+  std::function<bool(const std::string& qualified_name)> is_unit;
+  // `zeroshard sample` on a checkpoint of this series: a collective over the ranks of `rdv`
+  // (rank 0's return value is printed). cfg is the checkpoint's model (model_overrides).
+  std::function<std::string(const sample::SampleOptions&, ckpt::Checkpoint&, const train::TrainConfig&,
+                            const RendezvousInfo&)>
+      sample;
+  // reference-check kinds of the models in this folder.
+  std::vector<reference::ReferenceKind> reference_kinds;
+  bool supports_lora = false;
+};
+
+// Every registered series, in registration order.
+const std::vector<Series>& all_series();
+// The series `name`; throws std::invalid_argument listing the registered names.
+const Series& find_series(const std::string& name);
+
+}  // namespace zeroshard::models
