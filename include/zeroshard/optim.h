@@ -46,7 +46,7 @@ class ShardedAdamW {
   void step(double lr);
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }  // when resuming: bias correction continues
-  // State of trainable buffer i (the order of ShardedModel::optimizer_views()): this rank's
+  // State of trainable buffer i (the engine's trainable buffers, in unit order): this rank's
   // shard, or the full buffer under no_shard.
   size_t num_buffers() const { return exp_avg_.size(); }
   at::Tensor& exp_avg(size_t i) { return exp_avg_.at(i); }

@@ -2,6 +2,8 @@
 // tail must round identically, or the bits would depend on the shard boundary.
 #include "zeroshard/optim.h"
 
+#include "shard/engine_internal.h"
+
 #include <ATen/Parallel.h>
 
 #include <cmath>
@@ -41,11 +43,11 @@ void adamw_update(float* __restrict param, const float* __restrict grad, float* 
 
 ShardedAdamW::ShardedAdamW(std::shared_ptr<ShardedModel> model, AdamWOptions options)
     : model_(std::move(model)), options_(options) {
-  for (const auto& view : model_->optimizer_views()) {
+  for (const auto& view : shard::optimizer_views(*model_)) {
     exp_avg_.push_back(at::zeros_like(view.master));
     exp_avg_sq_.push_back(at::zeros_like(view.master));
   }
-  model_->set_optimizer_state_bytes(state_bytes());
+  shard::set_optimizer_state_bytes(*model_, state_bytes());
 }
 
 int64_t ShardedAdamW::state_bytes() const {
@@ -57,16 +59,16 @@ int64_t ShardedAdamW::state_bytes() const {
 void ShardedAdamW::step(double lr) {
   ++t_;
   const AdamWStep s = AdamWStep::make(options_, lr, t_);
-  auto views = model_->optimizer_views();
+  auto views = shard::optimizer_views(*model_);
   TORCH_CHECK(views.size() == exp_avg_.size(), "ShardedAdamW: the model's trainable buffers changed");
   for (size_t i = 0; i < views.size(); ++i) {
     AdamWStep si = s;
     si.grad_scale = views[i].grad_scale;
     adamw_update(views[i].master.data_ptr<float>(), views[i].grad.data_ptr<float>(), exp_avg_[i].data_ptr<float>(),
                  exp_avg_sq_[i].data_ptr<float>(), views[i].master.numel(), si);
-    model_->after_buffer_update(i);
+    shard::after_buffer_update(*model_, i);
   }
-  model_->after_optimizer_step();
+  shard::after_optimizer_step(*model_);
 }
 
 }  // namespace zeroshard

@@ -1,12 +1,10 @@
 #include "shard/flat_param.h"
 
-
-#include <c10/core/CPUAllocator.h>
-#include <c10/core/StorageImpl.h>
+#include "shard/torch_internals.h"
 
 #include <stdexcept>
 
-namespace zeroshard {
+namespace zeroshard::shard {
 
 FlatParam::FlatParam(std::string unit_name, bool trainable, std::vector<ParamSlot> slots, int rank, int world_size,
                      bool shard_params, bool full_master, at::ScalarType compute_dtype)
@@ -86,18 +84,13 @@ bool FlatParam::refresh_compute_from_master() {
 
 void FlatParam::allocate_full() {
   if (gathered_) return;
-  c10::StorageImpl* storage = full_.storage().unsafeGetStorageImpl();
-  const size_t nbytes = static_cast<size_t>(full_bytes());
-  storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(nbytes));
-  storage->set_nbytes(nbytes);
+  allocate_storage_bytes(full_, static_cast<size_t>(full_bytes()));
   gathered_ = true;
 }
 
 void FlatParam::free_full() {
   if (!gathered_) return;
-  c10::StorageImpl* storage = full_.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(0));
-  storage->set_nbytes(0);
+  release_storage_bytes(full_);
   gathered_ = false;
 }
 
@@ -116,4 +109,4 @@ void FlatParam::take_grads_into(const at::Tensor& flat) {
   flat.narrow(0, layout_.numel, layout_.padded - layout_.numel).zero_();
 }
 
-}  // namespace zeroshard
+}  // namespace zeroshard::shard

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace zeroshard {
+namespace zeroshard::shard {
 
 struct ParamSlot : ParamInfo {
   at::Tensor param;  // the module's parameter (shares its TensorImpl)
@@ -86,4 +86,4 @@ class FlatParam {
   bool gathered_ = true;
 };
 
-}  // namespace zeroshard
+}  // namespace zeroshard::shard

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-namespace zeroshard {
+namespace zeroshard::shard {
 
 ShardLayout::ShardLayout(int64_t numel_, int world_size_) : numel(numel_), world_size(world_size_) {
   if (numel_ < 0) throw std::invalid_argument("ShardLayout: negative numel " + std::to_string(numel_));
@@ -26,4 +26,4 @@ std::string ShardLayout::describe() const {
          std::to_string(shard_size) + " x " + std::to_string(world_size);
 }
 
-}  // namespace zeroshard
+}  // namespace zeroshard::shard

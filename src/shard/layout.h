@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-namespace zeroshard {
+namespace zeroshard::shard {
 
 struct ShardLayout {
   int64_t numel = 0;
@@ -26,4 +26,4 @@ struct ShardLayout {
   std::string describe() const;
 };
 
-}  // namespace zeroshard
+}  // namespace zeroshard::shard

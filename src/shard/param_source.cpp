@@ -1,4 +1,4 @@
-#include "zeroshard/shard.h"
+#include "zeroshard/param_source.h"
 
 namespace zeroshard {
 

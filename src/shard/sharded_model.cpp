@@ -3,58 +3,101 @@
 // (reduce-scatter of the same flat layout per micro-batch, accumulated in the shard), so
 // the four strategies give bitwise-identical results; they differ only in what stays
 // resident: full parameters, full reduced gradients, full optimizer state.
-#include "zeroshard/shard.h"
+//
+// This file: ShardedModel (the public API, forwarding to its Impl), building the units, and
+// the queries. Gathering around forward and backward: unit_hooks.cpp. Backward, the norm and
+// the optimizer hand-over: step.cpp.
+#include "shard/engine.h"
 
-#include "shard/autograd_hooks.h"
-#include "shard/unit.h"
 #include "zeroshard/nn/deferred.h"
 
-#include <torch/autograd.h>
-
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <map>
 #include <set>
 #include <stdexcept>
 
 namespace zeroshard {
 
+using shard::FlatParam;
+using shard::ParamSlot;
+using shard::ShardLayout;
+using shard::Unit;
+
+// --- ShardedModel: the public API ----------------------------------------------------------
+
 ShardedModel::ShardedModel(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
                            ShardOptions options)
-    : module_(std::move(module)), comm_(std::move(comm)), options_(std::move(options)) {
-  if (!module_) throw std::invalid_argument("fully_shard: module is null");
-  if (!comm_) throw std::invalid_argument("fully_shard: communicator is null");
-  if (!options_.wrap_policy) options_.wrap_policy = wrap_every_hookable();
-  if (options_.param_dtype != at::kFloat && options_.param_dtype != at::kBFloat16) {
+    : impl_(std::make_unique<Impl>(std::move(module), std::move(comm), std::move(options))) {}
+ShardedModel::~ShardedModel() = default;
+
+void ShardedModel::backward(const at::Tensor& loss, bool last_micro_batch) { impl_->backward(loss, last_micro_batch); }
+double ShardedModel::finish_gradients(double max_norm) { return impl_->finish_gradients(max_norm); }
+void ShardedModel::discard_gradients() { impl_->discard_gradients(); }
+Strategy ShardedModel::strategy() const { return impl_->plan().strategy; }
+const std::shared_ptr<torch::nn::Module>& ShardedModel::module() const { return impl_->module(); }
+Communicator& ShardedModel::comm() const { return impl_->comm(); }
+Communicator& ShardedModel::shard_comm() const { return impl_->shard_comm(); }
+int ShardedModel::replica() const { return impl_->comm().rank() / impl_->shard_comm().world_size(); }
+int ShardedModel::num_replicas() const { return impl_->plan().replicas; }
+int ShardedModel::num_units() const { return impl_->num_units(); }
+std::vector<std::string> ShardedModel::unit_names() const { return impl_->unit_names(); }
+MemoryStats ShardedModel::memory() const { return impl_->memory(); }
+void ShardedModel::reset_gathered_peak() { impl_->reset_gathered_peak(); }
+CommStats ShardedModel::comm_stats() const { return impl_->comm_stats(); }
+double ShardedModel::exposed_comm_seconds() const { return impl_->clock().seconds(); }
+void ShardedModel::reset_exposed_comm() { impl_->clock().reset(); }
+std::vector<at::Tensor> ShardedModel::local_shards() const { return impl_->local_shards(); }
+std::vector<FlatBufferInfo> ShardedModel::flat_buffers() const { return impl_->flat_buffers(); }
+void ShardedModel::for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) {
+  impl_->for_each_full_parameter(fn);
+}
+
+std::shared_ptr<ShardedModel> fully_shard(std::shared_ptr<torch::nn::Module> module,
+                                          std::shared_ptr<Communicator> comm, ShardOptions options) {
+  return std::make_shared<ShardedModel>(std::move(module), std::move(comm), std::move(options));
+}
+
+// --- Building -------------------------------------------------------------------------------
+
+namespace {
+
+shard::StrategyPlan checked_plan(const std::shared_ptr<torch::nn::Module>& module,
+                                 const std::shared_ptr<Communicator>& comm, const ShardOptions& options) {
+  if (!module) throw std::invalid_argument("fully_shard: module is null");
+  if (!comm) throw std::invalid_argument("fully_shard: communicator is null");
+  if (options.param_dtype != at::kFloat && options.param_dtype != at::kBFloat16) {
     throw std::invalid_argument(std::string("fully_shard: param_dtype must be float32 or bfloat16, got ") +
-                                c10::toString(options_.param_dtype));
+                                c10::toString(options.param_dtype));
   }
-  if (options_.reduce_dtype != at::kFloat && options_.reduce_dtype != at::kBFloat16) {
+  if (options.reduce_dtype != at::kFloat && options.reduce_dtype != at::kBFloat16) {
     throw std::invalid_argument(std::string("fully_shard: reduce_dtype must be float32 or bfloat16, got ") +
-                                c10::toString(options_.reduce_dtype));
+                                c10::toString(options.reduce_dtype));
   }
-  if (options_.max_live_units < 1) {
-    throw std::invalid_argument("fully_shard: max_live_units must be >= 1 (the running unit), got " +
-                                std::to_string(options_.max_live_units));
+  if (options.reduce_bucket_bytes < 0) {
+    throw std::invalid_argument("fully_shard: reduce_bucket_bytes must be >= 0, got " +
+                                std::to_string(options.reduce_bucket_bytes));
   }
-  if (options_.persistence_threshold < 0 || options_.reduce_bucket_bytes < 0) {
-    throw std::invalid_argument("fully_shard: persistence_threshold and reduce_bucket_bytes must be >= 0");
-  }
-  const int world = comm_->world_size(), group = options_.shard_group_size;
-  if (group < 0 || (group > 0 && world % group != 0)) {
-    throw std::invalid_argument("fully_shard: shard_group_size " + std::to_string(group) +
-                                " does not divide the world size " + std::to_string(world) +
-                                " (hybrid sharding needs whole copies of the model)");
-  }
-  if (group > 0 && group < world) {
+  return shard::StrategyPlan::make(options, comm->world_size());
+}
+
+}  // namespace
+
+ShardedModel::Impl::Impl(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Communicator> comm,
+                         ShardOptions options)
+    : module_(std::move(module)), comm_(std::move(comm)), options_(std::move(options)),
+      plan_(checked_plan(module_, comm_, options_)),
+      prefetch_(options_.prefetch, options_.max_live_units) {
+  if (!options_.wrap_policy) options_.wrap_policy = wrap_every_hookable();
+  if (plan_.hybrid()) {
     // Groups of consecutive ranks hold one copy each; the ranks holding the same shard in
     // every copy form a replica group. Both splits are collectives over all ranks.
-    shard_comm_ = comm_->split(comm_->rank() / group);
-    replica_comm_ = comm_->split(comm_->rank() % group);
+    shard_comm_ = comm_->split(comm_->rank() / plan_.shard_ranks);
+    replica_comm_ = comm_->split(comm_->rank() % plan_.shard_ranks);
   } else {
     shard_comm_ = comm_;
   }
+  reducer_ = std::make_unique<shard::GradReducer>(plan_, *shard_comm_, replica_comm_.get(), options_.reduce_dtype,
+                                                  options_.reduce_bucket_bytes, clock_);
   try {
     build_units();
   } catch (...) {
@@ -65,7 +108,7 @@ ShardedModel::ShardedModel(std::shared_ptr<torch::nn::Module> module, std::share
   }
 }
 
-ShardedModel::~ShardedModel() {
+ShardedModel::Impl::~Impl() {
   for (auto& u : units_) {
     if (u->module) u->module->set_forward_hooks(nullptr);
     try {
@@ -76,14 +119,8 @@ ShardedModel::~ShardedModel() {
   }
 }
 
-std::shared_ptr<ShardedModel> fully_shard(std::shared_ptr<torch::nn::Module> module,
-                                          std::shared_ptr<Communicator> comm, ShardOptions options) {
-  return std::make_shared<ShardedModel>(std::move(module), std::move(comm), std::move(options));
-}
-
-void ShardedModel::build_units() {
+void ShardedModel::Impl::build_units() {
   const int rank = shard_comm_->rank(), world = shard_comm_->world_size();
-  const Strategy strategy = options_.strategy;
 
   // 1. Choose unit modules (pre-order; nothing inside a chosen unit is offered).
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> chosen;
@@ -123,12 +160,12 @@ void ShardedModel::build_units() {
     (item.value().requires_grad() ? trainable : frozen)[u].push_back(std::move(slot));
   }
 
-  // 3. Build units: root first, then the chosen modules in pre-order. Under
-  //    optim_grads_params a buffer at or below the persistence threshold stays replicated.
+  // 3. Build units: root first, then the chosen modules in pre-order. The plan decides which
+  //    buffers are sharded (optim_grads_params, above the persistence threshold).
   auto sharded = [&](const std::vector<ParamSlot>& slots) {
     int64_t numel = 0;
     for (const auto& slot : slots) numel += slot.param.numel();
-    return shards_params(strategy) && numel > options_.persistence_threshold;
+    return plan_.shards_buffer(numel);
   };
   for (int u = 0; u < n_units; ++u) {
     auto unit = std::make_unique<Unit>();
@@ -140,14 +177,8 @@ void ShardedModel::build_units() {
     if (!trainable[u].empty()) {
       const bool shard = sharded(trainable[u]);
       unit->trainable = std::make_unique<FlatParam>(unit->name, true, std::move(trainable[u]), rank, world, shard,
-                                                    strategy == Strategy::NoShard, options_.param_dtype);
-      const ShardLayout& L = unit->trainable->layout();
-      if (shards_grads(strategy)) {
-        unit->grad_shard = at::zeros({L.shard_size}, at::kFloat);
-      } else {
-        unit->grad_full = at::zeros({L.padded}, at::kFloat);
-        unit->grad_shard = unit->grad_full.narrow(0, L.shard_begin(rank), L.shard_size);
-      }
+                                                    plan_.full_master, options_.param_dtype);
+      unit->grad_index = static_cast<int>(reducer_->add_buffer(unit->trainable->layout()));
     }
     if (!frozen[u].empty()) {
       const bool shard = sharded(frozen[u]);
@@ -205,137 +236,16 @@ void ShardedModel::build_units() {
   options_.param_source.reset();  // only needed while building (it may hold files open)
 }
 
-std::vector<std::string> ShardedModel::unit_names() const {
+// --- Queries --------------------------------------------------------------------------------
+
+std::vector<std::string> ShardedModel::Impl::unit_names() const {
   std::vector<std::string> out;
   for (const auto& u : units_) out.push_back(u->name);
   return out;
 }
 
-void ShardedModel::start_gather(Unit& unit) {
-  for (FlatParam* f : {unit.trainable.get(), unit.frozen.get()}) {
-    if (f == nullptr || f->gathered()) continue;
-    f->allocate_full();
-    // Mixed precision gathers the bf16 rounding of the fp32 masters: half the bytes.
-    const at::Tensor send = f->mixed() ? f->shard().to(f->compute_dtype()) : f->shard();
-    unit.gather_works.push_back(shard_comm_->all_gather_async(send, f->full()));
-    unit.gather_sends.push_back(send);
-    gathered_bytes_ += f->full_bytes();
-  }
-  gathered_peak_ = std::max(gathered_peak_, gathered_bytes_);
-}
-
-void ShardedModel::finish_gather(Unit& unit) {
-  if (unit.gather_works.empty()) return;
-  blocking_comm([&] {
-    for (auto& w : unit.gather_works) w->wait();
-  });
-  unit.gather_works.clear();
-  unit.gather_sends.clear();
-}
-
-void ShardedModel::gather(Unit& unit) {
-  start_gather(unit);  // nothing to start when a prefetch already did
-  finish_gather(unit);
-}
-
-int ShardedModel::live_units() const {
-  int n = 0;
-  for (const auto& u : units_) n += (!u->is_root && u->gathered()) ? 1 : 0;
-  return n;
-}
-
-void ShardedModel::prefetch_from(long from, int step) {
-  if (!options_.prefetch) return;
-  const long size = static_cast<long>(forward_order_.size());
-  int live = live_units();
-  for (long i = from, looked = 0; i >= 0 && i < size && looked < options_.max_live_units; i += step, ++looked) {
-    if (live >= options_.max_live_units) break;
-    Unit& u = *forward_order_[static_cast<size_t>(i)];
-    if (!u.gathers() || u.gathered()) continue;
-    start_gather(u);
-    ++live;
-  }
-}
-
-void ShardedModel::release(Unit& unit) {
-  if (!unit.gathers()) return;
-  finish_gather(unit);  // never free a buffer a collective is still writing
-  for (FlatParam* f : {unit.trainable.get(), unit.frozen.get()}) {
-    if (f == nullptr || !f->shards_params() || !f->gathered()) continue;
-    f->free_full();
-    gathered_bytes_ -= f->full_bytes();
-  }
-}
-
-void ShardedModel::on_pre_forward(Unit& unit, std::vector<at::Tensor>& inputs) {
-  finish_gather(unit);  // replicated parameters: the all-gather of the last optimizer step
-  if (shards_params(options_.strategy)) {
-    if (unit.is_root) {
-      // A new forward. Its first units may have been prefetched (after the optimizer step);
-      // any other unit still gathered is left from a forward that went another way.
-      const size_t first = options_.prefetch ? static_cast<size_t>(options_.max_live_units) : 0;
-      for (auto& u : units_) {
-        if (u->is_root) continue;
-        const auto end = forward_order_.begin() + static_cast<long>(std::min(first, forward_order_.size()));
-        if (std::find(forward_order_.begin(), end, u.get()) == end) release(*u);
-      }
-      recording_.clear();
-      gather(unit);
-      prefetch_from(0, +1);
-    } else {
-      const long position = static_cast<long>(recording_.size());
-      recording_.push_back(&unit);
-      gather(unit);
-      prefetch_from(position + 1, +1);  // the units that ran after this call last time
-    }
-  }
-  if (torch::autograd::GradMode::is_enabled() && !unit.is_root) {
-    if (attach_post_backward(inputs, &unit.post_backward_callback)) {
-      ++unit.calls_awaiting_backward;
-    } else {
-      unit.untracked_call = true;  // reduced after loss.backward() returns
-    }
-  }
-}
-
-void ShardedModel::on_post_forward(Unit& unit, std::vector<at::Tensor>& outputs) {
-  if (!shards_params(options_.strategy)) return;
-  if (unit.is_root) forward_order_ = recording_;  // the order prefetch follows next time
-  const bool training = torch::autograd::GradMode::is_enabled();
-  // The root stays gathered from its forward through its backward (it is reduced last).
-  if (unit.is_root && training) return;
-  release(unit);
-  if (training) {
-    Unit* raw = &unit;
-    attach_pre_backward(outputs, [this, raw] { on_pre_backward(*raw); });
-  }
-}
-
-void ShardedModel::on_pre_backward(Unit& unit) {
-  if (!shards_params(options_.strategy)) return;
-  gather(unit);
-  // Backward runs the calls in reverse forward order: find this one below the last position
-  // (a unit called several times appears several times), then prefetch the calls before it.
-  long pos = -1;
-  for (long i = std::min(backward_cursor_, static_cast<long>(forward_order_.size())) - 1; i >= 0; --i) {
-    if (forward_order_[static_cast<size_t>(i)] == &unit) {
-      pos = i;
-      break;
-    }
-  }
-  if (pos < 0) return;
-  backward_cursor_ = pos;
-  prefetch_from(pos - 1, -1);
-}
-
-void ShardedModel::on_post_backward(Unit& unit) {
-  if (unit.post_backward_done) return;
-  unit.post_backward_done = true;
-  reduce_unit_grads(unit);
-  release(unit);
-}
-
-void ShardedModel::for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) {
+void ShardedModel::Impl::for_each_full_parameter(
+    const std::function<void(const std::string&, const at::Tensor&)>& fn) {
   at::NoGradGuard no_grad;
   for (auto& u : units_) finish_gather(*u);  // a replicated fp32 master is its compute buffer
   for (auto& u : units_) {
@@ -352,7 +262,7 @@ void ShardedModel::for_each_full_parameter(const std::function<void(const std::s
   }
 }
 
-std::vector<at::Tensor> ShardedModel::local_shards() const {
+std::vector<at::Tensor> ShardedModel::Impl::local_shards() const {
   std::vector<at::Tensor> out;
   for (const auto& u : units_) {
     for (const FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
@@ -362,7 +272,7 @@ std::vector<at::Tensor> ShardedModel::local_shards() const {
   return out;
 }
 
-std::vector<FlatBufferInfo> ShardedModel::flat_buffers() const {
+std::vector<FlatBufferInfo> ShardedModel::Impl::flat_buffers() const {
   std::vector<FlatBufferInfo> out;
   for (const auto& u : units_) {
     for (const FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
@@ -380,7 +290,7 @@ std::vector<FlatBufferInfo> ShardedModel::flat_buffers() const {
   return out;
 }
 
-MemoryStats ShardedModel::memory() const {
+MemoryStats ShardedModel::Impl::memory() const {
   MemoryStats m;
   for (const auto& u : units_) {
     for (const FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
@@ -389,28 +299,20 @@ MemoryStats ShardedModel::memory() const {
       if (f->trainable()) m.num_trainable += f->layout().numel;
       m.params_bytes += f->resident_bytes();
     }
-    if (u->trainable) {
-      // Reduced gradients are fp32 whatever the compute dtype.
-      m.grads_bytes += shards_grads(options_.strategy) ? u->trainable->shard_bytes()
-                                                       : u->trainable->layout().padded * static_cast<int64_t>(sizeof(float));
-    }
     m.largest_unit_bytes = std::max(m.largest_unit_bytes, u->gathered_size_bytes());
   }
+  m.grads_bytes = reducer_->resident_bytes();
   m.optim_bytes = optim_bytes_;
   m.gathered_bytes = gathered_bytes_;
-  m.transient_bytes = gathered_bytes_;
+  m.transient_bytes = gathered_bytes_ + reducer_->transient_bytes();
   for (const auto& u : units_) {
     for (const auto& t : u->gather_sends) m.transient_bytes += static_cast<int64_t>(t.nbytes());
   }
-  if (open_bucket_) {
-    for (const auto& part : open_bucket_->parts) m.transient_bytes += static_cast<int64_t>(part.local_full.nbytes());
-  }
-  for (const auto& p : pending_) m.transient_bytes += static_cast<int64_t>(p->input.nbytes() + p->reduced.nbytes());
   m.gathered_peak_bytes = gathered_peak_;
   return m;
 }
 
-CommStats ShardedModel::comm_stats() const {
+CommStats ShardedModel::Impl::comm_stats() const {
   CommStats total;
   for (const Communicator* c : {comm_.get(), shard_comm_ == comm_ ? nullptr : shard_comm_.get(), replica_comm_.get()}) {
     if (c == nullptr) continue;
@@ -421,7 +323,5 @@ CommStats ShardedModel::comm_stats() const {
   }
   return total;
 }
-
-void ShardedModel::reset_gathered_peak() { gathered_peak_ = gathered_bytes_; }
 
 }  // namespace zeroshard

@@ -6,30 +6,22 @@
 #include "zeroshard/nn/hookable.h"
 
 #include <functional>
-#include <vector>
 #include <memory>
 #include <string>
+#include <vector>
 
-namespace zeroshard {
+namespace zeroshard::shard {
 
 struct Unit {
-  int index = 0;
-  std::string name;  // qualified module name; "" for the root
+  int index = 0;     // in the engine's unit order (root first); what the prefetch scheduler sees
+  std::string name;  // qualified module name; "<root>" for the root
   bool is_root = false;
   nn::HookableModule* module = nullptr;  // null: a root that is not hookable
   std::shared_ptr<nn::ForwardHooks> hooks;
   std::unique_ptr<FlatParam> trainable;  // requires_grad parameters
   std::unique_ptr<FlatParam> frozen;     // requires_grad = false: sharded, gathered, no grad/state
-
-  // Reduced gradient of this rank's shard, accumulated over micro-batches. Under no_shard
-  // and optim it is a view into grad_full, the replicated reduced gradient.
-  at::Tensor grad_shard;
-  at::Tensor grad_full;
-  bool grad_has_data = false;
-  // no_shard / optim: the all-gather of the accumulated shard into grad_full, issued during the
-  // last micro-batch's backward; grad_full_current once issued after the shard's last change.
-  WorkHandle grad_gather;
-  bool grad_full_current = false;
+  // The trainable buffer's index in the gradient reducer and the optimizer (-1: none).
+  int grad_index = -1;
 
   // Gathers in flight — started ahead of use by prefetch, or the all-gather that publishes
   // replicated parameters after the optimizer step — and the bf16 copies they send, which
@@ -59,23 +51,4 @@ struct Unit {
   }
 };
 
-// A reduce-scatter in flight: one unit's gradient, or a bucket of small units' gradients.
-struct ShardedModel::PendingReduce {
-  // One unit's slice of the collective: its shard is reduced[offset, offset + size).
-  struct Part {
-    Unit* unit;
-    int64_t offset;
-    int64_t size;
-    at::Tensor local_full;  // the unit's unreduced gradient, until the bucket is laid out
-  };
-  std::vector<Part> parts;
-  int64_t shard_elems = 0;  // S: the parts' shard sizes summed
-  int64_t bytes = 0;        // of the parts' unreduced gradients
-  at::Tensor input;         // reduce-scattered: one unit's gradient, or the parts laid out rank by rank
-  at::Tensor reduced;       // this rank's S elements
-  WorkHandle work;          // reduce-scatter in the shard group
-  WorkHandle replica_work;  // hybrid: then the all-reduce across the copies (same queue, runs after)
-  const WorkHandle& last() const { return replica_work ? replica_work : work; }
-};
-
-}  // namespace zeroshard
+}  // namespace zeroshard::shard

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 using namespace zeroshard;
+using zeroshard::shard::ShardLayout;
 
 TEST(ShardLayout, PadsToAMultipleOfTheWorldSize) {
   for (int W : {1, 2, 3, 4, 7}) {

@@ -1,8 +1,24 @@
-#include "shard/autograd_hooks.h"
+// The engine's only contact with libtorch internals (see torch_internals.h, docs/porting.md).
+#include "shard/torch_internals.h"
 
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/StorageImpl.h>
 #include <torch/autograd.h>
 
-namespace zeroshard {
+namespace zeroshard::shard {
+
+void release_storage_bytes(const at::Tensor& t) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(0));
+  storage->set_nbytes(0);
+}
+
+void allocate_storage_bytes(const at::Tensor& t, size_t nbytes) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(nbytes));
+  storage->set_nbytes(nbytes);
+}
+
 namespace {
 
 // Identity in forward; in backward calls the unit's post-backward callback. The engine runs
@@ -61,4 +77,4 @@ bool attach_pre_backward(const std::vector<at::Tensor>& outputs, const std::func
   return any;
 }
 
-}  // namespace zeroshard
+}  // namespace zeroshard::shard

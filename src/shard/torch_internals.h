@@ -1,0 +1,49 @@
+// Every libtorch internal the engine relies on, behind one header. docs/porting.md lists each
+// with the test that pins the behaviour we rely on (tests/shard/test_torch_internals.cpp): a
+// libtorch upgrade that changes one fails there first, and the port touches this header and
+// torch_internals.cpp only. Nothing else under src/shard includes c10 internals or builds
+// autograd nodes.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+// For code that must differ between libtorch versions (none in the engine on 1.13.1 yet):
+// #if ZS_TORCH_AT_LEAST(2, 3) ... #endif, here and nowhere else.
+#define ZS_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace zeroshard::shard {
+
+// --- Storage bytes (FSDP's "resize the storage to 0 and back") -----------------------------
+// A freed flat buffer keeps its StorageImpl: every tensor viewing it (module parameters made
+// views by set_data, the views autograd saved for backward) stays valid and sees the new bytes
+// once they are allocated again — without a version-counter bump, so autograd's saved-variable
+// check does not fire when a gather refills them.
+
+// Drops the bytes of t's storage (nbytes becomes 0, the data pointer null).
+void release_storage_bytes(const at::Tensor& t);
+// Gives t's storage nbytes fresh bytes from the current CPU allocator (so the allocator-level
+// memory counters see them); contents undefined.
+void allocate_storage_bytes(const at::Tensor& t, size_t nbytes);
+
+// --- Autograd glue --------------------------------------------------------------------------
+
+// Routes the inputs that require grad through an identity node whose backward calls
+// *callback once the unit's parameter gradients are accumulated (post-backward). The
+// callback must outlive the autograd graph. Returns false when no input requires grad.
+// Relies on the CPU engine running a node's ready AccumulateGrad nodes (and the nodes created
+// after this one) before it.
+bool attach_post_backward(std::vector<at::Tensor>& inputs, std::function<void()>* callback);
+
+// Registers callback on every output that requires grad: it runs when that output's
+// gradient is ready, before the unit's backward (pre-backward) — also when that gradient
+// never arrives (an output that did not reach the loss, while a sibling output did).
+// Returns false if no output requires grad.
+bool attach_pre_backward(const std::vector<at::Tensor>& outputs, const std::function<void()>& callback);
+
+}  // namespace zeroshard::shard
