@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <queue>
 #include <stdexcept>
 
 #include "text/bpe_internal.h"
@@ -209,47 +208,57 @@ void initial_symbols_general(const BpeModel& m, BpeState& st, std::string_view w
   if (pending_unk >= 0) st.symbols.push_back(pending_unk);
 }
 
-void merge_heap(const BpeModel& m, std::vector<int32_t>& syms) {
+// Hugging Face's strategy for long words: a min-heap of candidate merges keyed by (rank,
+// position), stale entries skipped when popped. Buffers live in BpeState (no allocation once
+// they have grown).
+void merge_heap(const BpeModel& m, BpeState& st, std::vector<int32_t>& syms) {
   const int n = static_cast<int>(syms.size());
-  std::vector<int> prev(n), next(n);
+  auto& prev = st.heap_prev;
+  auto& next = st.heap_next;
+  auto& heap = st.heap;
+  prev.resize(n);
+  next.resize(n);
   for (int i = 0; i < n; ++i) prev[i] = i - 1, next[i] = i + 1 < n ? i + 1 : -1;
-  struct Cand {
-    int32_t rank;
-    int pos;
-    int32_t merged;
-    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  // Min-heap through std::*_heap with "greater" ordering; the key packs (rank, pos) in 64 bits.
+  const auto greater = [](const MergeCandidate& x, const MergeCandidate& y) { return x.key > y.key; };
+  const auto push = [&](int32_t rank, int pos, int32_t merged) {
+    heap.push_back({(uint64_t(uint32_t(rank)) << 32) | uint32_t(pos), merged});
+    std::push_heap(heap.begin(), heap.end(), greater);
   };
-  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> q;
+  heap.clear();
   for (int i = 0; i + 1 < n; ++i) {
     int32_t mid = -1;
     const int32_t r = m.merges.find(syms[i], syms[i + 1], &mid);
-    if (r >= 0) q.push({r, i, mid});
+    if (r >= 0) heap.push_back({(uint64_t(uint32_t(r)) << 32) | uint32_t(i), mid});
   }
-  std::vector<char> alive(n, 1);
-  while (!q.empty()) {
-    const Cand c = q.top();
-    q.pop();
-    if (!alive[c.pos] || next[c.pos] < 0) continue;
-    const int r = next[c.pos];
+  std::make_heap(heap.begin(), heap.end(), greater);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), greater);
+    const MergeCandidate c = heap.back();
+    heap.pop_back();
+    const int pos = static_cast<int>(uint32_t(c.key));
+    const auto rank = static_cast<int32_t>(c.key >> 32);
+    if (syms[pos] < 0 || next[pos] < 0) continue;  // merged away, or now the last symbol
+    const int r = next[pos];
     int32_t mid = -1;
-    if (m.merges.find(syms[c.pos], syms[r], &mid) != c.rank || mid != c.merged) continue;  // stale
-    syms[c.pos] = c.merged;
-    alive[r] = 0;
-    next[c.pos] = next[r];
-    if (next[r] >= 0) prev[next[r]] = c.pos;
-    if (prev[c.pos] >= 0) {
-      const int l = prev[c.pos];
-      const int32_t rr = m.merges.find(syms[l], syms[c.pos], &mid);
-      if (rr >= 0) q.push({rr, l, mid});
+    if (m.merges.find(syms[pos], syms[r], &mid) != rank || mid != c.merged) continue;  // stale
+    syms[pos] = c.merged;
+    syms[r] = -1;
+    next[pos] = next[r];
+    if (next[r] >= 0) prev[next[r]] = pos;
+    if (prev[pos] >= 0) {
+      const int l = prev[pos];
+      const int32_t rr = m.merges.find(syms[l], syms[pos], &mid);
+      if (rr >= 0) push(rr, l, mid);
     }
-    if (next[c.pos] >= 0) {
-      const int32_t rr = m.merges.find(syms[c.pos], syms[next[c.pos]], &mid);
-      if (rr >= 0) q.push({rr, c.pos, mid});
+    if (next[pos] >= 0) {
+      const int32_t rr = m.merges.find(syms[pos], syms[next[pos]], &mid);
+      if (rr >= 0) push(rr, pos, mid);
     }
   }
   int w = 0;
   for (int i = 0; i < n; ++i)
-    if (alive[i]) syms[w++] = syms[i];
+    if (syms[i] >= 0) syms[w++] = syms[i];
   syms.resize(w);
 }
 
@@ -387,7 +396,7 @@ void bpe_word(const BpeModel& m, BpeState& st, std::string_view word, std::vecto
     }
     if (!fast) initial_symbols_general(m, st, word);
     if (syms.size() > kHeapMergeThreshold) {
-      merge_heap(m, syms);
+      merge_heap(m, st, syms);
     } else {
       merge_array(m, st, syms);
     }

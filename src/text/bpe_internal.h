@@ -148,6 +148,11 @@ class WordCache {
   std::vector<int32_t> values_;
 };
 
+struct MergeCandidate {
+  uint64_t key;  // rank << 32 | position
+  int32_t merged;
+};
+
 struct BpeState {
   InvalidUtf8 invalid_mode = InvalidUtf8::kReplace;
   std::size_t replacements = 0;
@@ -158,7 +163,8 @@ struct BpeState {
   std::string valid_buf, norm_buf;
   std::vector<std::string> stage_buf;  // ByteLevel add_prefix_space copies, one per stage
   std::vector<int32_t> symbols, ranks, merged_ids, word_ids;
-  std::vector<uint32_t> sym_len;  // byte length of each initial symbol (unk fusion)
+  std::vector<int> heap_prev, heap_next;  // merge_heap's linked list
+  std::vector<MergeCandidate> heap;
 
   explicit BpeState(const BpeModel& model);
   ~BpeState();

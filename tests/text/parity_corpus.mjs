@@ -155,9 +155,10 @@ export function makeCorpus(n = 2400, seed = 20240601) {
   return items;
 }
 
-// What a reference tokenizer (which takes JavaScript strings) is given for an item.
+// What a reference tokenizer (which takes JavaScript strings) is given for an item: the bytes
+// decoded with U+FFFD substitutions, keeping a leading BOM as Python's 'utf-8' codec does.
 export function referenceText(item) {
-  return item.bytes ? new TextDecoder("utf-8").decode(item.bytes) : item.text;
+  return item.bytes ? new TextDecoder("utf-8", { ignoreBOM: true }).decode(item.bytes) : item.text;
 }
 
 // One driver input line.

@@ -22,7 +22,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { driverLine, makeCorpus, referenceText } from "./parity_corpus.mjs";
 import { chatCases, renderChat } from "./chat_cases.mjs";
 
@@ -197,7 +197,10 @@ async function checkChat(args, refs) {
   return bad ? 1 : 0;
 }
 
-main().catch((e) => {
-  console.error(e.stack || String(e));
-  process.exit(2);
-});
+// Run only as a script (tokenizer_bench.mjs imports loadReferences from here).
+if (import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main().catch((e) => {
+    console.error(e.stack || String(e));
+    process.exit(2);
+  });
+}
