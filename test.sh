@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/install_deps.sh
+scripts/install_test_deps.sh
 scripts/build.sh
 cd build
 ctest --output-on-failure --timeout 900 "$@"

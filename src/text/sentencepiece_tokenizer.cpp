@@ -1,11 +1,14 @@
 #include "text/sentencepiece_tokenizer.h"
 
-#include <sentencepiece_processor.h>
+#include <dlfcn.h>
+#include <unistd.h>
 #include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <stdexcept>
 
 #include "text/utf8.h"
@@ -358,19 +361,98 @@ std::string clean_whitespace(std::string_view text) {
   return std::string(strip(out));
 }
 
+namespace {
+
+// libzs_spm.so's functions (src/text/spm_shim.cpp), loaded once, privately.
+struct SpmLibrary {
+  using IntSink = void (*)(void*, const int*, size_t);
+  using TextSink = void (*)(void*, const char*, size_t);
+  void* (*load)(const char*, char*, size_t) = nullptr;
+  void (*free)(void*) = nullptr;
+  int (*piece_to_id)(void*, const char*) = nullptr;
+  int (*unk_id)(void*) = nullptr;
+  int (*piece_size)(void*) = nullptr;
+  int (*id_to_piece)(void*, int, TextSink, void*) = nullptr;
+  int (*encode)(void*, const char*, size_t, IntSink, void*, char*, size_t) = nullptr;
+  int (*decode)(void*, const int*, size_t, TextSink, void*, char*, size_t) = nullptr;
+
+  static const SpmLibrary& get() {
+    static const SpmLibrary lib = open();
+    return lib;
+  }
+
+ private:
+  // Next to the executable first (an installed layout), then where the build put it.
+  static SpmLibrary open() {
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("ZEROSHARD_SPM_SHIM")) candidates.push_back(env);
+    char exe[4096];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+      exe[n] = '\0';
+      std::string dir(exe);
+      dir = dir.substr(0, dir.rfind('/'));
+      candidates.push_back(dir + "/libzs_spm.so");
+      candidates.push_back(dir + "/../libzs_spm.so");
+    }
+#ifdef ZS_SPM_SHIM
+    candidates.push_back(ZS_SPM_SHIM);
+#endif
+    std::string tried;
+    for (const auto& path : candidates) {
+      void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      if (h == nullptr) {
+        tried += "\n  " + path + ": " + dlerror();
+        continue;
+      }
+      SpmLibrary lib;
+      auto sym = [&](auto& fn, const char* name) {
+        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+        if (fn == nullptr) throw std::runtime_error(path + ": no symbol " + name);
+      };
+      sym(lib.load, "zs_spm_load");
+      sym(lib.free, "zs_spm_free");
+      sym(lib.piece_to_id, "zs_spm_piece_to_id");
+      sym(lib.unk_id, "zs_spm_unk_id");
+      sym(lib.piece_size, "zs_spm_piece_size");
+      sym(lib.id_to_piece, "zs_spm_id_to_piece");
+      sym(lib.encode, "zs_spm_encode");
+      sym(lib.decode, "zs_spm_decode");
+      return lib;
+    }
+    throw std::runtime_error("cannot load libzs_spm.so (zeroshard's SentencePiece module; set ZEROSHARD_SPM_SHIM to "
+                             "its path):" + tried);
+  }
+};
+
+void append_ids(void* ctx, const int* ids, size_t n) { static_cast<std::vector<int>*>(ctx)->assign(ids, ids + n); }
+void append_text(void* ctx, const char* text, size_t n) { static_cast<std::string*>(ctx)->assign(text, n); }
+
+}  // namespace
+
+struct SentencePieceTokenizer::Handle {
+  void* p = nullptr;
+  ~Handle() {
+    if (p != nullptr) SpmLibrary::get().free(p);
+  }
+};
+
 SentencePieceTokenizer SentencePieceTokenizer::from_file(const std::string& model_path) {
+  const SpmLibrary& lib = SpmLibrary::get();
   SentencePieceTokenizer t;
   t.path_ = model_path;
-  t.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const auto status = t.sp_->Load(model_path);
-  if (!status.ok()) throw std::runtime_error(model_path + ": cannot load the SentencePiece model: " + status.ToString());
-  const int eos = t.sp_->PieceToId("</s>");
-  if (eos == t.sp_->unk_id() || eos < 0) {
+  t.sp_ = std::make_unique<Handle>();
+  char err[512] = {0};
+  t.sp_->p = lib.load(model_path.c_str(), err, sizeof(err));
+  if (t.sp_->p == nullptr) throw std::runtime_error(model_path + ": cannot load the SentencePiece model: " + err);
+  const int unk = lib.unk_id(t.sp_->p);
+  const int eos = lib.piece_to_id(t.sp_->p, "</s>");
+  if (eos == unk || eos < 0) {
     throw std::invalid_argument(model_path + ": the SentencePiece model has no \"</s>\" piece (T5/umT5 models have it)");
   }
   t.eos_id_ = eos;
-  const int pad = t.sp_->PieceToId("<pad>");
-  t.pad_id_ = (pad >= 0 && pad != t.sp_->unk_id()) ? pad : 0;
+  const int pad = lib.piece_to_id(t.sp_->p, "<pad>");
+  t.pad_id_ = (pad >= 0 && pad != unk) ? pad : 0;
   return t;
 }
 
@@ -382,8 +464,10 @@ std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view text) const
   std::string valid;
   utf8_append_replacing_invalid(text, valid);
   std::vector<int> ids;
-  const auto status = sp_->Encode(valid, &ids);
-  if (!status.ok()) throw std::runtime_error(path_ + ": SentencePiece encode failed: " + status.ToString());
+  char err[512] = {0};
+  if (!SpmLibrary::get().encode(sp_->p, valid.data(), valid.size(), append_ids, &ids, err, sizeof(err))) {
+    throw std::runtime_error(path_ + ": SentencePiece encode failed: " + err);
+  }
   return std::vector<int32_t>(ids.begin(), ids.end());
 }
 
@@ -404,24 +488,29 @@ PaddedIds SentencePieceTokenizer::encode_padded(std::string_view text, int32_t s
 }
 
 std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids) const {
+  const int size = vocab_size();
   std::vector<int> v(ids.begin(), ids.end());
   for (std::size_t i = 0; i < v.size(); ++i) {
-    if (v[i] < 0 || v[i] >= sp_->GetPieceSize()) {
+    if (v[i] < 0 || v[i] >= size) {
       throw std::out_of_range(path_ + ": decode: id " + std::to_string(v[i]) + " at position " + std::to_string(i) +
-                              " is outside the vocabulary (size " + std::to_string(sp_->GetPieceSize()) + ")");
+                              " is outside the vocabulary (size " + std::to_string(size) + ")");
     }
   }
   std::string out;
-  const auto status = sp_->Decode(v, &out);
-  if (!status.ok()) throw std::runtime_error(path_ + ": SentencePiece decode failed: " + status.ToString());
+  char err[512] = {0};
+  if (!SpmLibrary::get().decode(sp_->p, v.data(), v.size(), append_text, &out, err, sizeof(err))) {
+    throw std::runtime_error(path_ + ": SentencePiece decode failed: " + err);
+  }
   return out;
 }
 
-int32_t SentencePieceTokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+int32_t SentencePieceTokenizer::vocab_size() const { return SpmLibrary::get().piece_size(sp_->p); }
 
 std::string SentencePieceTokenizer::id_to_piece(int32_t id) const {
-  if (id < 0 || id >= sp_->GetPieceSize()) throw std::out_of_range(path_ + ": id " + std::to_string(id) + " out of range");
-  return sp_->IdToPiece(id);
+  if (id < 0 || id >= vocab_size()) throw std::out_of_range(path_ + ": id " + std::to_string(id) + " out of range");
+  std::string out;
+  SpmLibrary::get().id_to_piece(sp_->p, id, append_text, &out);
+  return out;
 }
 
 }  // namespace zeroshard::text

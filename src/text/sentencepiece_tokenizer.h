@@ -40,10 +40,6 @@
 #include <string_view>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
-
 namespace zeroshard::text {
 
 // Python html.unescape (see above for the named references covered).
@@ -78,8 +74,9 @@ class SentencePieceTokenizer {
 
  private:
   SentencePieceTokenizer() = default;
+  struct Handle;  // libsentencepiece's processor, through libzs_spm.so (src/text/spm_shim.cpp)
   std::string path_;
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::unique_ptr<Handle> sp_;
   int32_t eos_id_ = -1, pad_id_ = 0;
 };
 
