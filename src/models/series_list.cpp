@@ -1,9 +1,16 @@
 // The registered model series: one line each (a series is its folder, src/models/<series>/).
+#include "models/flux/reference.h"
 #include "models/flux/series.h"
+#include "models/flux2/reference.h"
 #include "models/llama/series.h"
+#include "models/qwen3/reference.h"
+#include "models/qwen_image/reference.h"
 #include "models/series.h"
+#include "models/t5/reference.h"
 #include "models/vae/series.h"
+#include "models/wan/reference.h"
 #include "models/wan/series.h"
+#include "models/z_image/reference.h"
 
 #include <stdexcept>
 
@@ -33,11 +40,20 @@ const Series& find_series(const std::string& name) {
 
 namespace zeroshard::reference {
 
-// reference-check knows the kinds of every series.
+// reference-check knows the kinds of every series, and of the released models that are not (yet)
+// a series of their own: one line per model family.
 const std::vector<ReferenceKind>& reference_kinds() {
   static const std::vector<ReferenceKind> kinds = [] {
     std::vector<ReferenceKind> all;
-    for (const auto& s : models::all_series()) all.insert(all.end(), s.reference_kinds.begin(), s.reference_kinds.end());
+    auto add = [&all](const std::vector<ReferenceKind>& more) { all.insert(all.end(), more.begin(), more.end()); };
+    for (const auto& s : models::all_series()) add(s.reference_kinds);
+    add(models::qwen3::reference_kinds());
+    add(models::t5::reference_kinds());
+    add(models::wan::reference_kinds());
+    add(models::flux::reference_kinds());
+    add(models::flux2::reference_kinds());
+    add(models::qwen_image::reference_kinds());
+    add(models::z_image::reference_kinds());
     return all;
   }();
   return kinds;

@@ -108,7 +108,8 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  auto xf = x.to(torch::kFloat);
+  // Normalized in float32 for reduced-precision inputs; float64 stays float64.
+  auto xf = x.to(x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat);
   auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
   return normed.to(x.scalar_type()) * weight;
 }

@@ -111,6 +111,36 @@ struct Conv3dViaFp32 : torch::autograd::Function<Conv3dViaFp32> {
   }
 };
 
+// The 2-D twin of Conv3dViaFp32 (the image VAEs).
+struct Conv2dViaFp32 : torch::autograd::Function<Conv2dViaFp32> {
+  static at::Tensor run(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::IntArrayRef stride,
+                        at::IntArrayRef padding) {
+    return at::conv2d(widen(x), widen(w), widen(b), stride, padding).to(x.scalar_type());
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                               std::vector<int64_t> stride, std::vector<int64_t> padding) {
+    ctx->save_for_backward({x, w, b});
+    ctx->saved_data["stride"] = stride;
+    ctx->saved_data["padding"] = padding;
+    return {run(x, w, bias_of(b), stride, padding)};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1], b = bias_of(saved[2]);
+    const std::vector<int64_t> stride = ctx->saved_data["stride"].toIntVector();
+    const std::vector<int64_t> padding = ctx->saved_data["padding"].toIntVector();
+    const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
+                                      b.defined() && ctx->needs_input_grad(2)};
+    const std::vector<int64_t> bias_sizes = {w.size(0)};
+    auto [gx, gw, gb] = at::convolution_backward(widen(grads[0]), widen(x), widen(w),
+                                                 b.defined() ? at::OptionalIntArrayRef(bias_sizes) : c10::nullopt,
+                                                 stride, padding, {1, 1}, /*transposed=*/false, {0, 0},
+                                                 /*groups=*/1, mask);
+    return {mask[0] ? narrow_to(gx, x) : at::Tensor(), mask[1] ? narrow_to(gw, w) : at::Tensor(),
+            mask[2] ? narrow_to(gb, b) : at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 Bf16Matmul parse_bf16_matmul(const std::string& name) {
@@ -177,6 +207,14 @@ at::Tensor conv3d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
   if (!via_fp32(x, w)) return at::conv3d(x, w, b, s, p);
   if (!builds_graph({x, w, b})) return Conv3dViaFp32::run(x, w, b, s, p);
   return Conv3dViaFp32::apply(x, w, bias_arg(b, w), s, p)[0];
+}
+
+at::Tensor conv2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, std::array<int64_t, 2> stride,
+                  std::array<int64_t, 2> padding) {
+  const std::vector<int64_t> s(stride.begin(), stride.end()), p(padding.begin(), padding.end());
+  if (!via_fp32(x, w)) return at::conv2d(x, w, b, s, p);
+  if (!builds_graph({x, w, b})) return Conv2dViaFp32::run(x, w, b, s, p);
+  return Conv2dViaFp32::apply(x, w, bias_arg(b, w), s, p)[0];
 }
 
 }  // namespace zeroshard::nn

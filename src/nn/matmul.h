@@ -42,5 +42,8 @@ at::Tensor matmul(const at::Tensor& a, const at::Tensor& b);
 // 3-D convolution, dilation 1, groups 1.
 at::Tensor conv3d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, std::array<int64_t, 3> stride,
                   std::array<int64_t, 3> padding);
+// 2-D convolution, dilation 1, groups 1 (the image VAEs).
+at::Tensor conv2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, std::array<int64_t, 2> stride,
+                  std::array<int64_t, 2> padding);
 
 }  // namespace zeroshard::nn
