@@ -40,6 +40,11 @@ struct Series {
   std::function<std::string(const sample::SampleOptions&, ckpt::Checkpoint&, const train::TrainConfig&,
                             const RendezvousInfo&)>
       sample;
+  // `zeroshard prepare`: the series' preprocessing of its dataset, a collective over the ranks of
+  // `rdv`, each taking its share (e.g. tokenizing a corpus into an indexed token dataset; running
+  // a pipeline's frozen towers once into a conditioning cache that training then reads without
+  // them). Returns what rank 0 prints. Empty: nothing to prepare.
+  std::function<std::string(const train::TrainConfig&, const RendezvousInfo&)> prepare;
   // reference-check kinds of the models in this folder.
   std::vector<reference::ReferenceKind> reference_kinds;
   bool supports_lora = false;

@@ -1,0 +1,45 @@
+// `zeroshard config show` (the resolved config and where each value came from) and
+// `zeroshard config keys` (every key of a series: type, allowed values, help).
+#include "cli/command.h"
+#include "models/series.h"
+#include "train/config.h"
+
+#include <cstdio>
+
+namespace zeroshard::cli {
+
+Command add_config(CLI::App& app) {
+  struct Args {
+    std::string path;
+    std::vector<std::string> overrides;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand("config", "Inspect configurations");
+  auto* show = sub->add_subcommand("show", "Print the fully resolved config and where each value came from");
+  show->add_option("-c,--config", a->path, "YAML config")->check(CLI::ExistingFile);
+  show->add_option("--set", a->overrides, "Override a config key (repeatable)");
+  auto* keys = sub->add_subcommand("keys", "List every key (of the config's series): type, allowed values, help");
+  keys->add_option("-c,--config", a->path, "YAML config (its model.series decides the series' keys)")
+      ->check(CLI::ExistingFile);
+  keys->add_option("--set", a->overrides, "Override a config key, e.g. --set model.series=wan (repeatable)");
+  sub->require_subcommand(1);
+  return {sub, [a, show] {
+            train::Provenance prov;
+            train::TrainConfig cfg = train::load_config(a->path, a->overrides, &prov);
+            if (show->parsed()) {
+              for (const auto& [k, v] : train::config_items(cfg)) {
+                std::printf("%-34s %-24s # %s\n", k.c_str(), v.c_str(), prov[k].c_str());
+              }
+              return 0;
+            }
+            std::printf("model.series %s: %s\n\n", cfg.series.c_str(), models::find_series(cfg.series).summary.c_str());
+            const train::ConfigKeys all = train::config_keys(cfg);
+            for (const auto& k : all.all()) {
+              std::printf("%-34s %-7s %s%s\n    %s\n", k.name.c_str(), k.type.c_str(), k.allowed.c_str(),
+                          k.describes_model ? " (describes the model)" : "", k.help.c_str());
+            }
+            return 0;
+          }};
+}
+
+}  // namespace zeroshard::cli

@@ -1,0 +1,58 @@
+// `zeroshard export` and `zeroshard inspect`: a checkpoint's tensors as safetensors, and what a
+// checkpoint holds (no ranks: streamed from the shard files).
+#include "checkpoint/checkpoint.h"
+#include "cli/command.h"
+
+#include <cstdio>
+
+namespace zeroshard::cli {
+
+Command add_export(CLI::App& app) {
+  struct Args {
+    std::string from, out, dtype = "fp32", state = "param";
+    double max_file_mb = 0;
+    bool trainable_only = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand("export",
+                                 "Write a checkpoint's weights (or AdamW moments) as safetensors: one file, or several "
+                                 "plus an index (streamed, no ranks)");
+  sub->add_option("checkpoint", a->from, "A checkpoint folder, checkpoints folder or run folder")->required();
+  sub->add_option("output", a->out, "The .safetensors file to write")->required();
+  sub->add_option("--dtype", a->dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  sub->add_option("--max-file-mb", a->max_file_mb,
+                  "Split into files of at most this many MiB plus OUTPUT.index.json (0: one file)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--trainable-only", a->trainable_only,
+                "Only the trained tensors: a LoRA run's adapters, without the frozen base");
+  sub->add_option("--state", a->state, "param (the weights), exp_avg or exp_avg_sq (AdamW moments)")
+      ->check(CLI::IsMember({"param", "exp_avg", "exp_avg_sq"}));
+  return {sub, [a] {
+            const std::string dir = ckpt::resolve_checkpoint(a->from);
+            const auto files =
+                ckpt::export_safetensors(dir, a->out, a->dtype == "bf16" ? at::kBFloat16 : at::kFloat, a->state,
+                                         static_cast<uint64_t>(a->max_file_mb * 1024 * 1024), a->trainable_only);
+            std::printf("exported %s (%s, %s):\n", dir.c_str(), a->state.c_str(), a->dtype.c_str());
+            for (const auto& f : files) std::printf("  %s\n", f.c_str());
+            return 0;
+          }};
+}
+
+Command add_inspect(CLI::App& app) {
+  struct Args {
+    std::string path;
+    bool brief = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand("inspect", "Print what a checkpoint holds and verify its files' sizes and CRC-32");
+  sub->add_option("checkpoint", a->path, "A checkpoint folder, checkpoints folder or run folder")->required();
+  sub->add_flag("--brief", a->brief, "Omit the tensor list");
+  return {sub, [a] {
+            std::string text;
+            const bool ok = ckpt::describe(ckpt::resolve_checkpoint(a->path), &text, !a->brief);
+            std::fputs(text.c_str(), stdout);
+            return ok ? 0 : 2;
+          }};
+}
+
+}  // namespace zeroshard::cli
