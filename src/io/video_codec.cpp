@@ -30,6 +30,15 @@ std::string av_error_text(int code) {
   throw std::runtime_error(path + ": " + what + ": " + av_error_text(code) + " (FFmpeg error " + std::to_string(code) + ")");
 }
 
+// FFmpeg logs at AV_LOG_INFO by default; lower it to errors unless someone chose a level.
+void quiet_ffmpeg_log() {
+  static const bool once = [] {
+    if (av_log_get_level() == AV_LOG_INFO) av_log_set_level(AV_LOG_ERROR);
+    return true;
+  }();
+  (void)once;
+}
+
 bool is_yuv_or_gray(AVPixelFormat f) {
   const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(f);
   return d != nullptr && (d->flags & AV_PIX_FMT_FLAG_RGB) == 0 && (d->flags & AV_PIX_FMT_FLAG_PAL) == 0;
@@ -85,6 +94,7 @@ struct VideoReader::Impl {
   }
 
   void open() {
+    quiet_ffmpeg_log();
     close();
     packet_pending = flushed = false;
     next_index = packets_read = 0;
@@ -101,6 +111,9 @@ struct VideoReader::Impl {
       av_fail(path, std::string("no decoder for the video codec '") + name + "'", stream);
     }
     AVStream* st = fmt->streams[stream];
+    if (st->codecpar->codec_id == AV_CODEC_ID_NONE) {
+      av_fail(path, "the container does not say which codec the video uses (damaged or truncated file?)", AVERROR_INVALIDDATA);
+    }
     dec = avcodec_alloc_context3(codec);
     if (dec == nullptr) throw std::runtime_error(path + ": avcodec_alloc_context3 failed");
     r = avcodec_parameters_to_context(dec, st->codecpar);
@@ -143,14 +156,18 @@ struct VideoReader::Impl {
         return true;
       }
       if (r == AVERROR_EOF) return false;
-      if (r != AVERROR(EAGAIN)) av_fail(path, "decoding frame " + std::to_string(next_index), r);
+      if (r != AVERROR(EAGAIN)) {
+        if (!options.tolerate_decode_errors) av_fail(path, "decoding frame " + std::to_string(next_index), r);
+        warnings.push_back("decoding frame " + std::to_string(next_index) + ": " + av_error_text(r));
+        if (flushed) return false;
+      }
       if (flushed) return false;
       if (packet_pending) {
         r = avcodec_send_packet(dec, pkt);
         if (r == AVERROR(EAGAIN)) continue;
         av_packet_unref(pkt);
         packet_pending = false;
-        if (r < 0) av_fail(path, "decoding packet " + std::to_string(packets_read - 1), r);
+        if (r < 0) packet_error(r);
         continue;
       }
       for (;;) {
@@ -161,7 +178,15 @@ struct VideoReader::Impl {
           flushed = true;
           break;
         }
-        if (r < 0) av_fail(path, "reading packet " + std::to_string(packets_read), r);
+        if (r < 0) {
+          if (!options.tolerate_decode_errors) av_fail(path, "reading packet " + std::to_string(packets_read), r);
+          warnings.push_back("reading packet " + std::to_string(packets_read) + ": " + av_error_text(r) +
+                             " (treated as the end of the stream)");
+          r = avcodec_send_packet(dec, nullptr);
+          if (r < 0 && r != AVERROR_EOF) av_fail(path, "flushing the decoder", r);
+          flushed = true;
+          break;
+        }
         if (pkt->stream_index != stream) {
           av_packet_unref(pkt);
           continue;
@@ -173,10 +198,16 @@ struct VideoReader::Impl {
           break;
         }
         av_packet_unref(pkt);
-        if (r < 0) av_fail(path, "decoding packet " + std::to_string(packets_read - 1), r);
+        if (r < 0) packet_error(r);
         break;
       }
     }
+  }
+
+  void packet_error(int r) {
+    const std::string what = "decoding packet " + std::to_string(packets_read - 1);
+    if (!options.tolerate_decode_errors) av_fail(path, what, r);
+    warnings.push_back(what + ": " + av_error_text(r) + " (packet skipped)");
   }
 
   RgbImage convert() {
@@ -318,6 +349,7 @@ struct VideoWriter::Impl {
   }
 
   void open() {
+    quiet_ffmpeg_log();
     if (width <= 0 || height <= 0) {
       throw std::invalid_argument(path + ": cannot write a video of " + std::to_string(width) + "x" + std::to_string(height));
     }

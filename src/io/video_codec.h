@@ -11,6 +11,8 @@
 //   nb_frames may be absent (Matroska, WebM) or wrong (truncated or damaged files).
 // - Frames are reached by decoding forward from the start (no timestamp seeking, whose landing
 //   point depends on keyframes); a request for an earlier frame reopens the file.
+// - FFmpeg's own log is lowered to errors once (its default prints libx264's statistics and
+//   swscale notices to stderr on every file) unless the program has set another level.
 // Errors throw std::runtime_error naming the file and FFmpeg's error text.
 #pragma once
 
@@ -35,6 +37,11 @@ struct VideoInfo {
 
 struct VideoReaderOptions {
   int threads = 1;  // decoder threads; 1 keeps decoding off the training cores and deterministic
+  // false: a packet the decoder rejects (damaged or cut data) throws, naming the packet and
+  // FFmpeg's error. true: it is skipped with a warning and decoding goes on, as the ffmpeg
+  // command does (then frame_count() counts the frames that decode); a read error ends the
+  // stream with a warning.
+  bool tolerate_decode_errors = false;
 };
 
 class VideoReader {
