@@ -222,10 +222,18 @@ int64_t clip_frame_count(int64_t available, const FrameSampling& s) {
 
 std::vector<int64_t> clip_frame_indices(int64_t total_frames, double fps, double duration_seconds, const FrameSampling& s) {
   std::vector<int64_t> idx;
+  if (s.start_frame < 0 || s.frame_interval < 1) {
+    throw std::invalid_argument("frame sampling: start_frame must be >= 0 and frame_interval >= 1, got " +
+                                std::to_string(s.start_frame) + " and " + std::to_string(s.frame_interval));
+  }
   if (!s.fix_frame_rate) {
-    const int64_t n = clip_frame_count(total_frames, s);
-    for (int64_t i = 0; i < n; ++i) idx.push_back(i);
+    const int64_t available = total_frames > s.start_frame ? (total_frames - 1 - s.start_frame) / s.frame_interval + 1 : 0;
+    const int64_t n = clip_frame_count(available, s);
+    for (int64_t i = 0; i < n; ++i) idx.push_back(s.start_frame + i * s.frame_interval);
     return idx;
+  }
+  if (s.start_frame != 0 || s.frame_interval != 1) {
+    throw std::invalid_argument("frame sampling: start_frame/frame_interval cannot be combined with fix_frame_rate");
   }
   if (!(fps > 0) || !(s.frame_rate > 0)) {
     throw std::invalid_argument("frame sampling: fix_frame_rate needs a positive source fps and frame_rate");
@@ -268,7 +276,7 @@ Clip load_clip(const std::string& path, const ImageSizeRule& rule, const FrameSa
   io::VideoReader reader(path);
   clip.source_fps = reader.info().fps;
   std::vector<io::RgbImage> raw;
-  if (!sampling.fix_frame_rate) {
+  if (!sampling.fix_frame_rate && sampling.start_frame == 0 && sampling.frame_interval == 1) {
     // Decode only what the clip needs: the first num_frames frames, fewer if the video ends
     // first (then the 1 + 4k rule shortens the clip).
     raw = reader.read_first_frames(clip_frame_count(sampling.num_frames, sampling));

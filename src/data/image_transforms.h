@@ -10,7 +10,8 @@
 // - crop_and_resize: scale = max(W'/W, H'/H), resize to (round(H*scale), round(W*scale)) with
 //   Python's round (half to even), then torchvision's center_crop (top = round((h - H')/2.0),
 //   also half to even; zero padding if the image is smaller).
-// - Video frames: frame i of the clip is source frame i (0, 1, 2, ...). When the video has
+// - Video frames (LoadVideo): frame i of the clip is source frame i (0, 1, 2, ...); DiffSynth's
+//   current loader has no interval and no random start. When the video has
 //   fewer frames than num_frames, the clip takes the largest n <= total with
 //   n % time_division_factor == time_division_remainder (or n = 1), i.e. 1 + 4k frames by
 //   default, and those are the first n frames. With fix_frame_rate the clip is resampled to
@@ -54,6 +55,13 @@ struct FrameSampling {
   int64_t time_division_remainder = 1;
   bool fix_frame_rate = false;
   double frame_rate = 24;
+  // Our extension, after DiffSynth's older train_wan_t2v.py loader (which drew start_frame at
+  // random and skipped videos too short for the clip): clip frame i is source frame
+  // start_frame + i * frame_interval. A video too short for num_frames gives the longest
+  // 1 + 4k clip that fits, as LoadVideo does. The defaults (0, 1) are LoadVideo's. Not combined
+  // with fix_frame_rate.
+  int64_t start_frame = 0;
+  int64_t frame_interval = 1;
 };
 // LoadVideo.get_num_frames for a video with `available` frames.
 int64_t clip_frame_count(int64_t available, const FrameSampling& sampling);

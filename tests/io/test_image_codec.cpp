@@ -386,9 +386,12 @@ TEST(ImageCodec, BitIdenticalToPil) {
   ga.color_type = PNG_COLOR_TYPE_GRAY_ALPHA;
   for (int i = 0; i < 37 * 23; ++i) ga.samples.insert(ga.samples.end(), {uint16_t(i % 256), uint16_t(i * 3 % 256)});
   testing::write_png_spec(dir.file("ga.png"), ga), add("ga.png");
-  testing::JpegSpec rot;
-  rot.app1 = std::string("Exif\0\0", 6) + testing::exif_tiff_orientation(7);
-  testing::write_jpeg(dir.file("rot7.jpg"), im, rot), add("rot7.jpg");
+  for (int o = 2; o <= 8; ++o) {  // every EXIF orientation against ImageOps.exif_transpose
+    testing::JpegSpec rot;
+    rot.app1 = std::string("Exif\0\0", 6) + testing::exif_tiff_orientation(o, o % 2 == 0);
+    const std::string name = "rot" + std::to_string(o) + ".jpg";
+    testing::write_jpeg(dir.file(name), im, rot), add(name);
+  }
   testing::PngSpec g16 = rgb16;
   g16.color_type = PNG_COLOR_TYPE_GRAY;
   g16.samples.resize(37 * 23);

@@ -242,5 +242,28 @@ TEST(VideoCodec, FramesEqualFfmpegCommandRgb24) {
   }
 }
 
+// DiffSynth reads GIFs through imageio/PIL; we read them through FFmpeg's GIF decoder. On a
+// GIF the ffmpeg command makes, every frame equals PIL's convert("RGB").
+TEST(VideoCodec, GifFramesEqualPil) {
+  if (!testing::have_ffmpeg_cli() || !testing::have_python_module("PIL")) {
+    GTEST_SKIP() << "needs the ffmpeg command and /usr/bin/python3 with PIL";
+  }
+  TempDir dir;
+  const std::string gif = dir.file("a.gif");
+  ASSERT_EQ(testing::run("ffmpeg -v error -f lavfi -i testsrc2=size=40x30:rate=10 -frames:v 6 -y " + gif), 0);
+  std::string raw;
+  ASSERT_EQ(testing::run("/usr/bin/python3 -c \"import sys; from PIL import Image, ImageSequence; "
+                         "[sys.stdout.buffer.write(f.convert('RGB').tobytes()) for f in ImageSequence.Iterator(Image.open(sys.argv[1]))]\" " +
+                             gif,
+                         &raw),
+            0);
+  VideoReader r(gif);
+  const auto frames = r.read_first_frames(100);
+  ASSERT_EQ(raw.size(), frames.size() * 40 * 30 * 3);
+  for (size_t t = 0; t < frames.size(); ++t) {
+    EXPECT_EQ(0, std::memcmp(frames[t].pixels.data(), raw.data() + t * 40 * 30 * 3, 40 * 30 * 3)) << "frame " << t;
+  }
+}
+
 }  // namespace
 }  // namespace zeroshard::io
