@@ -160,6 +160,10 @@ std::string generate(const sample::SampleOptions& o, ckpt::Checkpoint& ck, const
     c.vae_from = saved["wan"].value("vae_from", std::string());
     c.text_encoder_from = saved["wan"].value("text_encoder_from", std::string());
   }
+  // The run's train.seed seeded its towers (model_overrides carries the wan.* keys, not it).
+  const uint64_t seed = saved.contains("train") && saved["train"].contains("seed")
+                            ? saved["train"]["seed"].get<uint64_t>()
+                            : static_cast<uint64_t>(cfg.train.seed);
   if (c.tokenizer.empty()) throw std::invalid_argument(ck.dir() + ": the run has no wan.tokenizer to encode prompts");
   const auto tok = text::SentencePieceTokenizer::from_file(c.tokenizer);
   std::vector<std::string> prompts;
@@ -179,8 +183,7 @@ std::string generate(const sample::SampleOptions& o, ckpt::Checkpoint& ck, const
   }
   ShardOptions so = sample::sampling_shard_options(cfg, o, ck);
   if (!towers_in_checkpoint) {
-    so.param_source = combine_param_sources(so.param_source, wan::wan_initial_source(c, static_cast<uint64_t>(cfg.train.seed)),
-                                            [](const std::string& n) {
+    so.param_source = combine_param_sources(so.param_source, wan::wan_initial_source(c, seed), [](const std::string& n) {
                                               return util::starts_with(n, "vae.") || util::starts_with(n, "text_encoder.");
                                             });
   }

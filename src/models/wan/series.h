@@ -67,9 +67,9 @@ struct WanBatch {
 
 // The trained root: the DiT, and (towers in the loop, or for prepare / sampling) the frozen umT5
 // encoder and VAE. Parameter names: "dit.*" (original Wan names below), "text_encoder.*",
-// "vae.*". Sharding units (wan_unit): every HookableModule but the VAE as a whole, i.e. the DiT
-// ("dit": its embeddings and head) and its blocks, the umT5 encoder and its blocks, the VAE's
-// residual / attention / resample blocks (its conv1 / conv2 stay in the root).
+// "vae.*". Sharding units (wan_unit): the DiT blocks, the umT5 blocks and the VAE's residual /
+// attention / resample blocks; the rest (the DiT's patch, text and time embeddings and head, the
+// umT5 token embedding and final norm, the VAE's conv1 / conv2) is the root unit.
 class WanPipelineImpl : public nn::HookableModule {
  public:
   WanPipelineImpl(const WanSeriesConfig& c, bool with_dit, bool with_towers);
