@@ -50,7 +50,13 @@ std::vector<std::string> apply_lora(torch::nn::Module& root, const LoraOptions& 
     const std::string last = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
     linears.push_back(last);
     for (size_t t = 0; t < options.targets.size(); ++t) {
-      if (last != options.targets[t]) continue;
+      // A target without a dot names the last component ("wq"); one with dots names the last
+      // components ("ffn.0": a Linear registered as "0" inside "ffn").
+      const std::string& target = options.targets[t];
+      const bool matches = target.find('.') == std::string::npos
+                               ? last == target
+                               : (name == target || util::ends_with(name, "." + target));
+      if (!matches) continue;
       target_used[t] = true;
       linear->add_lora(options.rank, options.alpha);
       adapted.push_back(name);

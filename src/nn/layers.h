@@ -27,7 +27,9 @@ TORCH_MODULE(Linear);
 struct LoraOptions {
   int64_t rank = 0;  // 0: no adapters
   double alpha = 16.0;
-  std::vector<std::string> targets;  // last name component of the Linear modules to adapt, e.g. {"wq", "wv"}
+  // The Linear modules to adapt: a name without a dot is the last component of the module's
+  // name ({"wq", "wv"}); a dotted one its last components ({"ffn.0"} adapts "blocks.3.ffn.0").
+  std::vector<std::string> targets;
 };
 
 // Adds an adapter to every nn::Linear below `root` whose name ends in one of options.targets

@@ -73,7 +73,7 @@ ConfigKeys config_keys(TrainConfig& c) {
 
   k.add_int("lora.rank", &c.lora.rank, 0, 1 << 16, "LoRA rank; 0: off (full training)");
   k.add_float("lora.alpha", &c.lora.alpha, 0.0, 1e6, "LoRA alpha (the adapter is scaled by alpha / rank)");
-  k.add_string("lora.targets", &c.lora.targets, {}, "comma-separated last names of the Linear layers to adapt");
+  k.add_string("lora.targets", &c.lora.targets, {}, "comma-separated Linear layers to adapt: a last name component (wq) or the last components (ffn.0)");
 
   const std::vector<std::pair<std::string, DType>> dtypes = {{"fp32", DType::FP32}, {"bf16", DType::BF16}};
   k.add_enum<DType>("mixed_precision.param_dtype", &c.mixed_precision.param_dtype, dtypes,

@@ -1,79 +1,254 @@
-// Series `wan` (look-alike): a Wan-style video DiT trained by flow matching on captioned clips of
-// moving shapes, with its frozen text encoder and causal video VAE (src/models/flux/pipeline_series.h).
+// Series `wan`: Wan 2.1 text-to-video as released, trained by flow matching (series.h).
 #include "models/wan/series.h"
 
-#include "models/flux/pipeline_series.h"
+#include "checkpoint/checkpoint.h"
+#include "io/png.h"
+#include "io/safetensors.h"
+#include "io/video_codec.h"
+#include "models/wan/data.h"
+#include "models/wan/flow_match.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+#include "sample/sample.h"
+#include "train/task.h"
+#include "util/text.h"
+#include "zeroshard/nn/deferred.h"
+
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
 
 namespace zeroshard::models {
 
-void WanSeriesConfig::register_keys(train::ConfigKeys& k) {
-  {
-    train::ConfigKeys::ModelScope model(k);
-    k.add_int("wan.dim", &wan.dim, 6, 1 << 16, "DiT width");
-    k.add_int("wan.n_heads", &wan.n_heads, 1, 1024, "DiT heads (head size a multiple of 6)");
-    k.add_int("wan.layers", &wan.layers, 0, 1024, "DiT blocks");
-    k.add_int("wan.ffn_hidden", &wan.ffn_hidden, 1, 1 << 20, "FFN hidden width");
-    k.add_int("wan.patch_size", &wan.patch_size, 1, 64, "spatial patch size (one latent frame per patch)");
-    k.add_float("wan.rope_theta", &wan.rope_theta, 1.0, 1e9, "RoPE base");
-    k.add_float("wan.latent_scale", &wan.latent_scale, 1e-6, 1e6, "the VAE mean is multiplied by this");
-  }
-  register_tower_keys(k, "wan", wan.text, &vae_from, &text_encoder_from);
-  register_vae_keys(k, vae);
-  data.register_keys(k, /*clips=*/true);
+namespace wan {
+
+std::shared_ptr<ParamSource> wan_initial_source(const WanSeriesConfig& c, uint64_t seed) {
+  std::shared_ptr<ParamSource> source =
+      param_source_from_init([&c, seed](const std::string& name, at::Tensor& t) { wan_init(c, seed, name, t); });
+  auto from_file = [&source](const std::string& path, const std::string& prefix) {
+    if (path.empty()) return;
+    if (!std::filesystem::exists(path)) throw std::invalid_argument("wan: tower file '" + path + "' does not exist");
+    source = combine_param_sources(source, prefixed_param_source(io::safetensors_param_source(path), prefix),
+                                   [prefix](const std::string& n) { return util::starts_with(n, prefix); });
+  };
+  from_file(c.vae_from, "vae.");
+  from_file(c.text_encoder_from, "text_encoder.");
+  return source;
 }
 
-void WanSeriesConfig::validate(const train::TrainConfig& c) const {
-  vae.validate(data.frames, data.image_size);
-  wan.validate(data.image_size / vae.spatial_factor());
-  check_tower_files(c, "wan", vae_from, text_encoder_from);
-}
+}  // namespace wan
 
 namespace {
 
-struct WanTraits {
-  using Pipeline = WanPipeline;
-  using Config = WanSeriesConfig;
-  static constexpr const char* kName = "wan";
-  static constexpr const char* kItems = "clips";
-  static Pipeline build(const Config& c) { return Pipeline(c.wan, c.vae); }
-  static void init(const Config& c, uint64_t seed, const std::string& name, at::Tensor& p) {
-    wan_init(c.wan, c.vae, seed, name, p);
-  }
-  static const TextEncoderConfig& text(const Config& c) { return c.wan.text; }
-  static std::string caption(const data::ShapeScene& s) { return s.caption; }
-  static std::vector<int64_t> latent_shape(const Config& c) {
-    const int64_t latent = c.data.image_size / c.vae.spatial_factor();
-    return {c.vae.z_channels, c.data.frames / c.vae.time_factor(), latent, latent};
-  }
-  static at::Tensor samples(const Config& c, const train::TrainConfig& cfg, int64_t first) {
-    return data::shape_clips(static_cast<uint64_t>(cfg.data.seed), first, cfg.train.micro_batch_size, c.data.frames,
-                             c.data.image_size);
-  }
-  // Per clip: its held-out truth (when captions are the held-out scenes'), then the sample.
-  static std::vector<at::Tensor> png_rows(const Config& c, uint64_t data_seed, const sample::SampleOptions& o,
-                                          const at::Tensor& samples, bool with_truth) {
-    std::vector<at::Tensor> rows;
-    const at::Tensor truth = data::shape_clips(data_seed, o.first_clip, o.clips, c.data.frames, c.data.image_size);
-    for (int64_t i = 0; i < o.clips; ++i) {
-      if (with_truth) rows.push_back(truth[i]);
-      rows.push_back(samples[i]);
+std::string num(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+class WanTask : public train::GeneratedSampleTask {
+ public:
+  WanTask(const train::TrainConfig& cfg, int rank, int world)
+      : GeneratedSampleTask(cfg, rank, world),
+        c_(cfg.series_config<WanSeriesConfig>()),
+        data_(c_, static_cast<uint64_t>(cfg.data.seed)),
+        schedule_(wan::flow_match_schedule(1000, c_.shift, /*training=*/true)) {
+    {
+      nn::DeferredInit deferred;
+      model_ = WanPipeline(c_, /*with_dit=*/true, /*with_towers=*/!data_.cached());
+      if (cfg.lora.rank > 0) {
+        adapted_ = nn::apply_lora(*model_->dit, train::lora_options(cfg));
+        for (auto& name : adapted_) name = "dit." + name;
+      }
     }
-    return rows;
+    if (!data_.cached()) {
+      tokenizer_ = std::make_unique<text::SentencePieceTokenizer>(text::SentencePieceTokenizer::from_file(c_.tokenizer));
+      if (tokenizer_->vocab_size() > c_.t5.vocab_size) {
+        throw std::invalid_argument("wan.t5_vocab " + std::to_string(c_.t5.vocab_size) + " is below the tokenizer's " +
+                                    std::to_string(tokenizer_->vocab_size()) + " (" + c_.tokenizer + ")");
+      }
+    }
   }
+
+  std::shared_ptr<nn::HookableModule> module() const override { return model_.ptr(); }
+  void init_parameter(const std::string& name, at::Tensor& param) const override {
+    wan_init(c_, static_cast<uint64_t>(cfg_.train.seed), name, param);
+  }
+  std::shared_ptr<ParamSource> initial_source(std::shared_ptr<ParamSource> seeded) const override {
+    if (data_.cached()) return seeded;
+    // Seeded DiT and adapters; the towers from their files when given.
+    std::shared_ptr<ParamSource> towers = wan::wan_initial_source(c_, static_cast<uint64_t>(cfg_.train.seed));
+    return combine_param_sources(seeded, towers, [](const std::string& n) {
+      return util::starts_with(n, "vae.") || util::starts_with(n, "text_encoder.");
+    });
+  }
+
+  at::Tensor loss(int64_t step, int64_t micro) override {
+    const int64_t first = first_index(step, micro);
+    WanBatch b;
+    std::vector<float> sigmas, timesteps, weights;
+    for (int64_t i = 0; i < cfg_.train.micro_batch_size; ++i) {
+      const int64_t n = first + i;
+      const int64_t item = data_.item_of(n);
+      std::vector<int64_t> latent_shape;
+      if (data_.cached()) {
+        auto [latent, context] = data_.cached_item(item);
+        latent_shape = latent.sizes().vec();
+        b.latents.push_back(latent);
+        b.contexts.push_back(context);
+      } else {
+        const at::Tensor video = data_.video(item);
+        latent_shape = {c_.vae.z_dim, 1 + (video.size(1) - 1) / c_.vae.time_factor(),
+                        video.size(2) / c_.vae.spatial_factor(), video.size(3) / c_.vae.spatial_factor()};
+        auto [ids, mask] = wan::prompt_tokens(*tokenizer_, data_.prompt(item), c_.dit.text_len);
+        b.videos.push_back(video);
+        b.ids.push_back(ids);
+        b.masks.push_back(mask);
+      }
+      // Noise and the timestep (DiffSynth: an id uniform in [0, 1000)) from (data seed, n).
+      auto gen = nn::generator_for(static_cast<uint64_t>(cfg_.data.seed), "wan.noise." + std::to_string(n));
+      b.noises.push_back(at::randn(latent_shape, gen, at::kFloat));
+      const int64_t id = at::randint(0, schedule_.sigmas.size(0), {1}, gen, at::kLong).item<int64_t>();
+      sigmas.push_back(schedule_.sigmas[id].item<float>());
+      timesteps.push_back(schedule_.timesteps[id].item<float>());
+      weights.push_back(c_.timestep_weighting ? schedule_.weights[id].item<float>() : 1.0f);
+    }
+    b.sigmas = at::tensor(sigmas, at::kFloat);
+    b.timesteps = at::tensor(timesteps, at::kFloat);
+    b.weights = at::tensor(weights, at::kFloat);
+    return model_->loss(b);
+  }
+
+  nlohmann::json finish_step(Communicator& comm) override {
+    if (data_.cached()) return nlohmann::json::object();
+    at::Tensor t = at::full({1}, model_->towers_seconds, at::kDouble);
+    comm.all_reduce(t);
+    model_->towers_seconds = 0.0;
+    return {{"towers_s", t.item<double>() / comm.world_size()}};
+  }
+
+  std::string item_name() const override { return "clips"; }
+
+ private:
+  // run.dump_batches: the dataset items of the micro-batch.
+  at::Tensor samples(int64_t first) const override {
+    std::vector<int64_t> items;
+    for (int64_t i = 0; i < cfg_.train.micro_batch_size; ++i) items.push_back(data_.item_of(first + i));
+    return at::tensor(items, at::kLong);
+  }
+
+  const WanSeriesConfig& c_;
+  wan::WanData data_;
+  wan::FlowMatchSchedule schedule_;
+  std::unique_ptr<text::SentencePieceTokenizer> tokenizer_;
+  WanPipeline model_{nullptr};
 };
+
+// `zeroshard sample`: --prompt (or the first --clips prompts of the run's data), Euler steps of
+// the shifted schedule with classifier-free guidance (wan.cfg_scale, wan.negative_prompt), the
+// VAE's decoder; an mp4 per clip and one PNG strip (a row of frames per clip).
+std::string generate(const sample::SampleOptions& o, ckpt::Checkpoint& ck, const train::TrainConfig& cfg,
+                     const RendezvousInfo& rdv) {
+  if (o.clips < 1) throw std::invalid_argument("--clips must be >= 1, got " + std::to_string(o.clips));
+  if (o.denoise_steps < 1) throw std::invalid_argument("--steps must be >= 1, got " + std::to_string(o.denoise_steps));
+  WanSeriesConfig c = cfg.series_config<WanSeriesConfig>();
+  // The towers: the checkpoint's when it trained with them, else the run's tower files.
+  const nlohmann::json& saved = ck.config();
+  const bool towers_in_checkpoint = ck.find("text_encoder.norm.weight") != nullptr;
+  if (!towers_in_checkpoint && saved.contains("wan")) {
+    c.vae_from = saved["wan"].value("vae_from", std::string());
+    c.text_encoder_from = saved["wan"].value("text_encoder_from", std::string());
+  }
+  // The run's train.seed seeded its towers (model_overrides carries the wan.* keys, not it).
+  const uint64_t seed = saved.contains("train") && saved["train"].contains("seed")
+                            ? saved["train"]["seed"].get<uint64_t>()
+                            : static_cast<uint64_t>(cfg.train.seed);
+  if (c.tokenizer.empty()) throw std::invalid_argument(ck.dir() + ": the run has no wan.tokenizer to encode prompts");
+  const auto tok = text::SentencePieceTokenizer::from_file(c.tokenizer);
+  std::vector<std::string> prompts;
+  if (o.prompt != "\n") {
+    prompts.assign(static_cast<size_t>(o.clips), o.prompt);
+  } else {
+    const wan::WanData data(c, static_cast<uint64_t>(cfg.data.seed));
+    for (int64_t i = 0; i < o.clips; ++i) prompts.push_back(data.prompt(i % data.size()));
+  }
+
+  auto comm = make_communicator(rdv);
+  WanPipeline p{nullptr};
+  {
+    nn::DeferredInit deferred;
+    p = WanPipeline(c, true, true);
+    if (cfg.lora.rank > 0) nn::apply_lora(*p->dit, train::lora_options(cfg));
+  }
+  ShardOptions so = sample::sampling_shard_options(cfg, o, ck);
+  if (!towers_in_checkpoint) {
+    so.param_source = combine_param_sources(so.param_source, wan::wan_initial_source(c, seed), [](const std::string& n) {
+                                              return util::starts_with(n, "vae.") || util::starts_with(n, "text_encoder.");
+                                            });
+  }
+  auto sharded = fully_shard(p.ptr(), comm, so);
+
+  std::vector<at::Tensor> ids, masks, nids, nmasks, noise;
+  const int64_t T = 1 + (c.num_frames - 1) / c.vae.time_factor();
+  for (int64_t i = 0; i < o.clips; ++i) {
+    auto [a, m] = wan::prompt_tokens(tok, prompts[static_cast<size_t>(i)], c.dit.text_len);
+    auto [na, nm] = wan::prompt_tokens(tok, c.negative_prompt, c.dit.text_len);
+    ids.push_back(a);
+    masks.push_back(m);
+    nids.push_back(na);
+    nmasks.push_back(nm);
+    auto gen = nn::generator_for(o.seed, "wan.sample.noise." + std::to_string(i));
+    noise.push_back(at::randn({c.vae.z_dim, T, c.height / c.vae.spatial_factor(), c.width / c.vae.spatial_factor()}, gen,
+                              at::kFloat));
+  }
+  const at::Tensor video = p->generate(at::cat(ids), at::cat(masks), at::cat(nids), at::cat(nmasks), at::stack(noise),
+                                       o.denoise_steps, c.sample_shift, c.cfg_scale);
+
+  const std::string png = sample::output_path(ck, o.out, "samples.png");
+  std::string summary = "generated " + std::to_string(o.clips) + " clips (" + std::to_string(o.denoise_steps) +
+                        " Euler steps, shift " + num(c.sample_shift) + ", cfg " +
+                        num(c.cfg_scale) + "); wrote " + png;
+  if (comm->rank() == 0) {
+    // [B, 3, T, H, W] in [-1, 1] -> per clip a row of T frames (the PNG) and an mp4.
+    // The strip: clip i's frames left to right in row i, 2 grey pixels between them.
+    const int64_t B = video.size(0), F = video.size(2), H = video.size(3), W = video.size(4), gap = 2;
+    at::Tensor sheet = at::zeros({3, B * (H + gap), F * (W + gap)}, at::kFloat);
+    const at::Tensor u8 = ((video + 1) * 127.5).round().clamp(0, 255).to(at::kByte);
+    for (int64_t i = 0; i < o.clips; ++i) {
+      for (int64_t t = 0; t < F; ++t) sheet.narrow(1, i * (H + gap), H).narrow(2, t * (W + gap), W).copy_(video[i].select(1, t));
+      std::vector<io::RgbImage> frames;
+      for (int64_t t = 0; t < u8.size(2); ++t) {
+        const at::Tensor f = u8[i].select(1, t).permute({1, 2, 0}).contiguous();  // [H, W, 3]
+        io::RgbImage img(f.size(1), f.size(0));
+        std::memcpy(img.pixels.data(), f.data_ptr(), img.pixels.size());
+        frames.push_back(std::move(img));
+      }
+      std::string mp4 = png.substr(0, png.size() - (util::ends_with(png, ".png") ? 4 : 0)) + "-" + std::to_string(i) + ".mp4";
+      io::write_video(mp4, frames);
+      summary += ", " + mp4;
+    }
+    io::write_png(png, sheet);
+  }
+  comm->barrier();
+  summary += "; prompts, in order:";
+  for (const auto& s : prompts) summary += "\n  " + s;
+  return summary;
+}
 
 }  // namespace
 
 Series wan_series() {
   Series s;
   s.name = "wan";
-  s.summary = "look-alike Wan-style video DiT on generated captioned clips, frozen text encoder and causal video VAE";
+  s.summary = "Wan 2.1 text-to-video DiT as released (umT5 + video VAE towers), flow matching from a DiffSynth folder or a prepared cache";
   s.make_config = [] { return std::make_unique<WanSeriesConfig>(); };
   s.make_task = [](const train::TrainConfig& c, int rank, int world) -> std::unique_ptr<train::Task> {
-    return std::make_unique<PipelineTask<WanTraits>>(c, rank, world);
+    return std::make_unique<WanTask>(c, rank, world);
   };
   s.is_unit = wan_unit;
-  s.sample = PipelineTask<WanTraits>::generate;
+  s.sample = generate;
+  s.prepare = wan::prepare_cache;
   s.supports_lora = true;
   return s;
 }

@@ -1,0 +1,72 @@
+// The wan series' data: a DiffSynth dataset folder read with the towers in the loop, or the
+// conditioning cache `zeroshard prepare` writes from it (data.cpp).
+//
+// Cache layout (folder wan.cache):
+//   index.json   {"format": "zeroshard wan cache 1", "items": [{"shard": file, "media": path as
+//                written in the metadata, "prompt": ...}, ...], "left_out": [messages],
+//                "height", "width", "num_frames", "text_len", "t5_dim", "z_dim", "dataset"}
+//   part-<rank>-<k>.safetensors   "latent.<r>" [16, T', h, w] and "context.<r>" [n_r, t5_dim]
+//                (float32) for the metadata records r of rank <rank>'s share, <= 64 per file.
+// Rank q of W encodes records r = q, q + W, ... (every rank runs the same number of tower
+// passes: a rank past the end repeats record 0 and drops the result, so sharded towers stay in
+// step); the cache's items are the readable records in metadata order ("record" in the index).
+#pragma once
+
+#include "data/image_transforms.h"
+#include "data/metadata_csv.h"
+#include "models/wan/series.h"
+#include "text/sentencepiece_tokenizer.h"
+#include "zeroshard/comm.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zeroshard::io {
+class SafetensorsFile;
+}
+
+namespace zeroshard::models::wan {
+
+// Where a training sample comes from.
+class WanData {
+ public:
+  // Opens wan.cache when set (checking its shapes against the config), else wan.dataset and
+  // wan.tokenizer.
+  WanData(const WanSeriesConfig& c, uint64_t seed);
+  ~WanData();
+  bool cached() const { return !c_.cache.empty(); }
+  int64_t size() const { return static_cast<int64_t>(prompts_.size()); }
+  // The item of training sample n: perm_e[n mod N], e = n / N (a seeded permutation per epoch).
+  int64_t item_of(int64_t n) const;
+  const std::string& prompt(int64_t item) const { return prompts_.at(static_cast<size_t>(item)); }
+  // Cache: (latent, context) of an item.
+  std::pair<at::Tensor, at::Tensor> cached_item(int64_t item) const;
+  // Towers in the loop: the item's clip [3, T, H, W] in [-1, 1] (T must be wan.num_frames for a
+  // video column, 1 for an image column: every rank's towers must run the same passes).
+  at::Tensor video(int64_t item) const;
+
+ private:
+  const WanSeriesConfig& c_;
+  uint64_t seed_;
+  std::vector<std::string> prompts_, media_paths_, shards_;
+  std::vector<int64_t> records_;  // cache: the metadata record each item's tensors are stored under
+  bool video_column_ = false;
+  mutable std::map<int64_t, at::Tensor> perms_;
+  mutable std::map<std::string, std::unique_ptr<io::SafetensorsFile>> files_;
+};
+
+// Token ids and mask [1, text_len] (int64) of a prompt, as Wan's tokenizer pads it.
+std::pair<at::Tensor, at::Tensor> prompt_tokens(const text::SentencePieceTokenizer& tok, const std::string& prompt,
+                                                int64_t text_len);
+// The clip of a media file as the config samples it: [3, T, H, W] in [-1, 1].
+at::Tensor load_media(const WanSeriesConfig& c, const std::string& path);
+
+// The towers' initial values: seeded (wan_init), or wan.vae_from / wan.text_encoder_from.
+std::shared_ptr<ParamSource> wan_initial_source(const WanSeriesConfig& c, uint64_t seed);
+
+// `zeroshard prepare` for the wan series (Series::prepare).
+std::string prepare_cache(const train::TrainConfig& cfg, const RendezvousInfo& rdv);
+
+}  // namespace zeroshard::models::wan

@@ -1,0 +1,26 @@
+#include "models/wan/flow_match.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace zeroshard::models::wan {
+
+FlowMatchSchedule flow_match_schedule(int64_t steps, double shift, bool training) {
+  if (steps < 1) throw std::invalid_argument("flow_match_schedule: steps must be >= 1, got " + std::to_string(steps));
+  if (!(shift > 0)) throw std::invalid_argument("flow_match_schedule: shift must be > 0, got " + std::to_string(shift));
+  FlowMatchSchedule s;
+  // torch.linspace(sigma_start=1, sigma_min=0, steps + 1)[:-1] in float32 (DiffSynth's default dtype).
+  const at::Tensor base = at::linspace(1.0, 0.0, steps + 1, at::kFloat).narrow(0, 0, steps);
+  // Python-float shift times a float32 tensor stays float32, as upstream.
+  s.sigmas = base * shift / (1 + (shift - 1) * base);
+  s.timesteps = s.sigmas * 1000;
+  if (training) {
+    const double n = static_cast<double>(steps);
+    const at::Tensor y = at::exp(-2 * ((s.timesteps - n / 2) / n).pow(2));
+    const at::Tensor shifted = y - y.min();
+    s.weights = shifted * (n / shifted.sum());
+  }
+  return s;
+}
+
+}  // namespace zeroshard::models::wan
