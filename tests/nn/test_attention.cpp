@@ -4,13 +4,16 @@
 // spans several query and key blocks (including partial last blocks); determinism; and memory
 // counted at the allocator growing linearly in the sequence length.
 #include "nn/attention.h"
+#include "nn/layers.h"
 #include "nn/matmul.h"
 #include "util/tensor_memory.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -237,4 +240,36 @@ TEST(BlockwiseAttention, MemoryCountedAtTheAllocatorGrowsLinearly) {
   const int64_t plain_small = peak(n / 4, nn::AttentionKernel::Plain), plain_large = peak(n, nn::AttentionKernel::Plain);
   EXPECT_GT(plain_large, score_matrix);
   EXPECT_GT(static_cast<double>(plain_large) / static_cast<double>(plain_small), 12.0);
+}
+
+TEST(BlockwiseAttention, LayersKeepThePlainPathUpToTheThresholdAndScaleAboveIt) {
+  // nn::causal_attention / nn::full_attention (the llama series, the toy DiTs): the plain
+  // formulation up to kPlainAttentionMaxKeys keys (the default job's bits), the blockwise kernel
+  // above — equal within the float32 floor, and without the n^2 scores (counted at the allocator).
+  util::track_tensor_memory();
+  const int64_t n = nn::kPlainAttentionMaxKeys + 3;
+  torch::manual_seed(7);
+  const at::Tensor q = at::randn({1, 2, n, 8}), k = at::randn({1, 1, n, 8}), v = at::randn({1, 1, n, 8});
+  nn::AttentionOptions plain;
+  plain.causal = true;
+  plain.kernel = nn::AttentionKernel::Plain;
+  const int64_t before = util::live_tensor_bytes();
+  util::reset_peak_tensor_bytes();
+  const at::Tensor got = nn::causal_attention(q, k, v);
+  EXPECT_LT(util::peak_tensor_bytes() - before, n * n * 4) << "causal_attention kept the score matrix above the threshold";
+  EXPECT_LT(rel(got, nn::attention(q, k, v, plain)), 2e-6);
+  const at::Tensor kf = k.expand({1, 2, n, 8}).contiguous(), vf = v.expand({1, 2, n, 8}).contiguous();
+  nn::AttentionOptions plain_full;
+  plain_full.kernel = nn::AttentionKernel::Plain;
+  util::reset_peak_tensor_bytes();
+  const at::Tensor got_full = nn::full_attention(q, kf, vf);
+  EXPECT_LT(util::peak_tensor_bytes() - before, n * n * 4) << "full_attention kept the score matrix above the threshold";
+  EXPECT_LT(rel(got_full, nn::attention(q, kf, vf, plain_full)), 2e-6);
+  // At the threshold: the plain formulation itself, bit for bit.
+  const int64_t m = nn::kPlainAttentionMaxKeys;
+  const at::Tensor qs = q.narrow(2, 0, m), ks = k.narrow(2, 0, m), vs = v.narrow(2, 0, m);
+  const at::Tensor kk = ks.repeat_interleave(2, 1), vv = vs.repeat_interleave(2, 1);
+  at::Tensor scores = nn::matmul(qs, kk.transpose(-2, -1)) / std::sqrt(8.0);
+  scores = scores.masked_fill(at::ones({m, m}, at::kBool).triu(1), -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(nn::causal_attention(qs, ks, vs).equal(nn::matmul(at::softmax(scores, -1), vv)));
 }
