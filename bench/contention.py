@@ -55,11 +55,12 @@ def main():
     p.add_argument("--set", action="append", default=[], dest="extra")
     a = p.parse_args()
     busy_levels = [int(b) for b in a.busy.split(",")]
-    print(f"command: python3 bench/contention.py {' '.join(sys.argv[1:])}")
+    env = {k: os.environ[k] for k in ("ZEROSHARD_THREAD_ENV", "OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT") if k in os.environ}
+    print(f"command: {' '.join(f'{k}={v}' for k, v in env.items())} python3 bench/contention.py {' '.join(sys.argv[1:])}")
     header = "| model | --nproc | " + " | ".join(
-        f"{b} busy: s/step (x quiet)" if b else "quiet: s/step" for b in busy_levels) + " | losses equal |"
+        f"{b} busy: s/step (x quiet)" if b else "quiet: s/step" for b in busy_levels) + " | losses equal | last loss |"
     print(header)
-    print("|" + "---|" * (len(busy_levels) + 3))
+    print("|" + "---|" * (len(busy_levels) + 4))
     for name in a.configs.split(","):
         for nproc in [int(n) for n in a.nprocs.split(",")]:
             cells, quiet, first_losses, same = [], None, None, True
@@ -74,7 +75,7 @@ def main():
                 else:
                     cells.append(f"{med:.3f} ({med / quiet:.2f}x)" if quiet else f"{med:.3f}")
                 sys.stdout.flush()
-            print(f"| {name} | {nproc} | " + " | ".join(cells) + f" | {'yes' if same else 'NO'} |")
+            print(f"| {name} | {nproc} | " + " | ".join(cells) + f" | {'yes' if same else 'NO'} | {first_losses[-1]!r} |")
             sys.stdout.flush()
 
 
