@@ -1,6 +1,7 @@
 // The `zeroshard` command line: the subcommands live in src/cli/cmd_<name>.cpp.
 #include "cli/command.h"
 #include "cli/launch_or_run.h"
+#include "cli/thread_env.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/launch.h"
 
@@ -30,6 +31,7 @@ void configure_allocator() {
 
 int main(int argc, char** argv) {
   using namespace zeroshard::cli;
+  reexec_with_thread_env(argv);  // first: it may replace this process
   configure_allocator();
   set_command_line(argc, argv);
   CLI::App app{"zeroshard: sharded data-parallel training (ZeRO 0-3) on libtorch + Gloo"};

@@ -1,5 +1,6 @@
 #include "nn/layers.h"
 
+#include "nn/attention.h"
 #include "nn/init.h"
 #include "nn/matmul.h"
 #include "util/text.h"
@@ -144,6 +145,7 @@ torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope, int64_t
 }
 
 torch::Tensor full_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  if (k.size(2) > kPlainAttentionMaxKeys) return nn::attention(q, k, v);
   auto scores = nn::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(3)));
   auto probs = torch::softmax(scores.to(torch::kFloat), -1).to(q.scalar_type());
   return nn::matmul(probs, v);
@@ -182,6 +184,11 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const int64_t H = q.size(1), Hkv = k.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
   TORCH_CHECK(H % Hkv == 0, "n_heads ", H, " must be a multiple of n_kv_heads ", Hkv);
   TORCH_CHECK(Tk >= Tq, "causal_attention: ", Tk, " keys for ", Tq, " queries");
+  if (Tk > kPlainAttentionMaxKeys) {
+    AttentionOptions o;
+    o.causal = true;
+    return nn::attention(q, k, v, o);
+  }
   auto kk = H == Hkv ? k : k.repeat_interleave(H / Hkv, 1);
   auto vv = H == Hkv ? v : v.repeat_interleave(H / Hkv, 1);
   auto scores = nn::matmul(q, kk.transpose(-2, -1)) / std::sqrt(static_cast<double>(D));

@@ -81,6 +81,11 @@ struct RopeTables {
 // x: [B, H, T, head_dim]; positions offset .. offset+T-1 (offset: tokens already in a KV cache).
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTables& rope, int64_t offset = 0);
 
+// The two functions below keep their plain formulation (the full score matrix; the default job's
+// bits) up to this many keys and use nn::attention's blockwise kernel (memory linear in the
+// sequence length, equal within the float32 floor) above it.
+inline constexpr int64_t kPlainAttentionMaxKeys = 2048;
+
 // Causal scaled-dot-product attention. q: [B, H, Tq, D]; k, v: [B, Hkv, Tk, D] with H a
 // multiple of Hkv (grouped-query: kv head j serves q heads j*H/Hkv .. (j+1)*H/Hkv - 1) and
 // Tk >= Tq: the queries are the last Tq positions (the keys before them come from a KV cache).
