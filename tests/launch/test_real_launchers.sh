@@ -56,6 +56,11 @@ JOB
     check "sbatch -n 3, srun: task $r" "^launcher=Slurm rank=$r world=3 local_rank=$r local_world=3 " "$out"
   done
   check "sbatch -n 3, mpirun inside: rank 1" '^launcher=Open MPI rank=1 world=2 ' "$out"
+  # examples/slurm_train.sbatch, with the probe standing in for zeroshard.
+  ZEROSHARD="$probe" timeout 120 sbatch -o example.out --wait "$here/../../examples/slurm_train.sbatch" >/dev/null 2>&1 || true
+  out=$(cat example.out 2>/dev/null || echo "(no example.out)")
+  check "examples/slurm_train.sbatch: task 0" '^launcher=Slurm rank=0 world=2 local_rank=0 local_world=2 ' "$out"
+  check "examples/slurm_train.sbatch: task 1" '^launcher=Slurm rank=1 world=2 local_rank=1 local_world=2 ' "$out"
   # mpirun inside an srun task (how Open MPI starts its daemons on Slurm nodes): the ranks
   # inherit the task's SLURM_STEP_ID / SLURM_PROCID=0, and must still follow mpirun's variables.
   out=$(timeout 120 srun -n 1 mpirun -np 2 --oversubscribe --allow-run-as-root "$probe" 2>&1 || true)
