@@ -70,12 +70,17 @@ std::string ds_error(const std::string& text) {
   return std::regex_replace(msg, std::regex(f.path), "ds.json");
 }
 
-// Every key the mappers emit must exist in the config registry (src/train/config.cpp), except
-// the ones this issue adds and the lead registers.
+// Every key the mappers emit must exist in the config registry (src/train/config*.cpp),
+// except the ones this issue adds and the lead registers.
 TEST(ForeignConfig, EmittedKeysExistInTheRegistry) {
-  std::ifstream in(std::string(ZS_SOURCE_DIR) + "/src/train/config.cpp");
   std::stringstream registry;
-  registry << in.rdbuf();
+  for (const auto& entry : fs::directory_iterator(std::string(ZS_SOURCE_DIR) + "/src/train")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("config", 0) == 0 && entry.path().extension() == ".cpp") {
+      std::ifstream in(entry.path());
+      registry << in.rdbuf();
+    }
+  }
   const std::set<std::string> pending = {"run.save_16bit_model", "run.tensorboard"};
   std::vector<ForeignSetting> all;
   for (const ForeignConfig& c :
