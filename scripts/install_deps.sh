@@ -3,8 +3,10 @@
 set -euo pipefail
 PKGS=(build-essential cmake ccache libtorch-dev libgloo-dev libyaml-cpp-dev libcli11-dev
       nlohmann-json3-dev libgtest-dev libbenchmark-dev libopenblas0-pthread python3-torch chromium
-      iproute2 pkg-config libpcre2-dev libicu-dev libsentencepiece-dev sentencepiece)
-# iproute2: `ip netns` for the two-host tests; sentencepiece: spm_train for the tokenizer tests
+      iproute2 pkg-config libpcre2-dev libicu-dev libsentencepiece-dev sentencepiece
+      libprotobuf-dev protobuf-compiler)
+# iproute2: `ip netns` for the two-host tests; sentencepiece: spm_train for the tokenizer tests;
+# libprotobuf-dev, protobuf-compiler: TensorBoard event files (src/io/tensorboard_event.proto)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -233,6 +233,28 @@ std::optional<LockHolder> read_lock_record(const std::string& run_dir) {
   return read_record_file((fs::path(run_dir) / kLockName).string());
 }
 
+std::optional<LockHolder> current_lock_holder(const std::string& run_dir) {
+  const std::string path = (fs::path(run_dir) / kLockName).string();
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct flock fl {};
+  fl.l_type = F_WRLCK;  // would a write lock conflict? (a query: nothing is taken)
+  fl.l_whence = SEEK_SET;
+  int rc = fcntl(fd, F_OFD_GETLK, &fl);
+  if (rc != 0 && errno == EINVAL) {
+    fl = {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    rc = fcntl(fd, F_GETLK, &fl);
+  }
+  close(fd);
+  if (rc != 0 || fl.l_type == F_UNLCK) return std::nullopt;
+  if (auto h = read_record_file(path)) return h;
+  LockHolder unknown;
+  unknown.host = "(unreadable record in " + path + ")";
+  return unknown;
+}
+
 std::string RunDirState::describe() const {
   std::string s = summary ? "a finished run (summary.json" : "an interrupted run (no summary.json";
   if (metrics_lines > 0) s += ", " + std::to_string(metrics_lines) + " lines in metrics.jsonl";

@@ -82,6 +82,11 @@ class RunLock {
 // still locked).
 std::optional<LockHolder> read_lock_record(const std::string& run_dir);
 
+// When some process holds <run_dir>/run.lock now (another job, or this process through its own
+// RunLock), its record (a placeholder naming the lock file if the record is unreadable);
+// nullopt when the file is absent or nobody holds it. Takes no lock.
+std::optional<LockHolder> current_lock_holder(const std::string& run_dir);
+
 // What an earlier run left in a folder. Only non-empty results count: an empty metrics.jsonl
 // (a run that failed before its first step) or an empty checkpoints/ is no result.
 struct RunDirState {

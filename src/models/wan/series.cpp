@@ -75,6 +75,7 @@ Series wan_series() {
   s.is_unit = wan_unit;
   s.sample = PipelineTask<WanTraits>::generate;
   s.supports_lora = true;
+  s.adapter_root = "dit.";  // PipelineTask::build adapts the DiT only
   return s;
 }
 
