@@ -30,7 +30,7 @@ Command add_config(CLI::App& app) {
   return {sub, [a, show] {
             train::Provenance prov;
             const train::ForeignConfig foreign = show->parsed() ? a->foreign.read() : train::ForeignConfig{};
-            train::TrainConfig cfg = train::load_config(a->path, ForeignArgs::overrides(foreign, a->overrides), &prov);
+            train::TrainConfig cfg = train::load_config_sourced(a->path, ForeignArgs::overrides(foreign, a->overrides), &prov);
             if (show->parsed()) {
               for (const auto& [k, v] : train::config_items(cfg)) {
                 std::printf("%-34s %-24s # %s\n", k.c_str(), v.c_str(), prov[k].c_str());

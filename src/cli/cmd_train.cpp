@@ -39,7 +39,7 @@ Command add_train(CLI::App& app) {
             std::vector<train::ConfigOverride> overrides = ForeignArgs::overrides(foreign, sets);
             const bool joined = joins_job(nproc);
             // Validate everything before any rank starts.
-            train::TrainConfig cfg = train::load_config(a->config_path, overrides);
+            train::TrainConfig cfg = train::load_config_sourced(a->config_path, overrides);
             {
               train::TrainConfig sized = cfg;  // the ranks apply it again
               train::apply_world_size(sized, job_world_size(nproc), job_local_world_size(nproc));
@@ -51,7 +51,7 @@ Command add_train(CLI::App& app) {
               const std::string dir = train::checked_resume_checkpoint(cfg);
               overrides.push_back({"train.resume=" + dir, "--set", false});
               extra = {"--set", "train.resume=" + dir};
-              cfg = train::load_config(a->config_path, overrides);
+              cfg = train::load_config_sourced(a->config_path, overrides);
             }
             if (!joined && nproc > 1 && cfg.run.dir.empty() && cfg.train.resume.empty()) {
               extra.insert(extra.end(), {"--set", "run.dir=" + train::default_run_dir(cfg)});

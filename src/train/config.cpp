@@ -222,10 +222,11 @@ void read_file(const std::string& path, std::vector<Item>& items, std::set<std::
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides, Provenance* provenance) {
   std::vector<ConfigOverride> sourced;
   for (const auto& o : overrides) sourced.push_back({o, "--set", false});
-  return load_config(path, sourced, provenance);
+  return load_config_sourced(path, sourced, provenance);
 }
 
-TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides, Provenance* provenance) {
+TrainConfig load_config_sourced(const std::string& path, const std::vector<ConfigOverride>& overrides,
+                                Provenance* provenance) {
   std::vector<Item> items;
   if (!path.empty()) {
     std::set<std::string> chain;

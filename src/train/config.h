@@ -186,8 +186,9 @@ struct ConfigOverride {
 // Throws std::invalid_argument naming the file, key, value and what is allowed.
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides,
                         Provenance* provenance = nullptr);
-TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides,
-                        Provenance* provenance = nullptr);
+// The same with each override's source (its own name: `load_config(path, {})` stays unambiguous).
+TrainConfig load_config_sourced(const std::string& path, const std::vector<ConfigOverride>& overrides,
+                                Provenance* provenance = nullptr);
 
 // Cross-field checks (alias agreement, series checks, files that must exist...).
 void validate(TrainConfig& c);
