@@ -5,9 +5,10 @@ PKGS=(build-essential cmake ccache libtorch-dev libgloo-dev libyaml-cpp-dev libc
       nlohmann-json3-dev libgtest-dev libbenchmark-dev libopenblas0-pthread python3-torch chromium
       iproute2 pkg-config libpcre2-dev libicu-dev libsentencepiece-dev sentencepiece
       libjpeg-dev libpng-dev libwebp-dev libavformat-dev libavcodec-dev libswscale-dev libavutil-dev ffmpeg
-      python3-pil python3-torchvision python3-pandas)
+      python3-pil python3-torchvision python3-pandas libprotobuf-dev protobuf-compiler)
 # iproute2: `ip netns` for the two-host tests; sentencepiece: spm_train for the tokenizer tests;
-# ffmpeg, python3-pil/-torchvision/-pandas: the media tests' reference decoders
+# ffmpeg, python3-pil/-torchvision/-pandas: the media tests' reference decoders;
+# libprotobuf-dev, protobuf-compiler: TensorBoard event files (src/io/tensorboard_event.proto)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

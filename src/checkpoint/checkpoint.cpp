@@ -57,6 +57,7 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir), open_(std::make_uniq
     if (replicas_ < 1) throw std::runtime_error("replicas " + std::to_string(replicas_) + " is not positive");
     strategy_ = field("strategy").get<std::string>();
     optimizer_steps_ = field("optimizer").at("steps_taken").get<int64_t>();
+    model_only_ = manifest_.value("model_only", false);
     config_ = field("config");
     std::set<std::string> file_names;
     for (const auto& f : field("files")) {
@@ -226,6 +227,10 @@ class CheckpointSource : public ParamSource {
 std::shared_ptr<ParamSource> Checkpoint::param_source() { return std::make_shared<CheckpointSource>(this); }
 
 void Checkpoint::load_optimizer(ShardedModel& model, ShardedAdamW& optim) {
+  if (model_only_) {
+    throw std::runtime_error("checkpoint " + dir_ + " holds the parameters only (saved with train.save_model_only): "
+                             "no optimizer state to resume from");
+  }
   Communicator& comm = model.shard_comm();  // states are sliced like the parameters
   const int rank = comm.rank();
   size_t k = 0;
@@ -252,7 +257,7 @@ void Checkpoint::load_optimizer(ShardedModel& model, ShardedAdamW& optim) {
 }
 
 void Checkpoint::restore_rng(int rank) {
-  if (rank >= world_size_) return;  // more ranks than when saved: those keep their fresh state
+  if (rank >= world_size_ || model_only_) return;  // more ranks than when saved: those keep their fresh state
   const FileRecord& f = files_.at(static_cast<size_t>(rank));
   verify_once(f.name);
   io::SafetensorsFile file((fs::path(dir_) / f.name).string());

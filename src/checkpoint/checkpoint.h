@@ -32,6 +32,9 @@ struct SaveOptions {
   int64_t keep_last = 0;        // > 0: delete older checkpoints beyond this many
   // Fault injection for tests: this rank SIGKILLs itself halfway through writing its file.
   int kill_rank_midway = -1;
+  // The parameters only (train.save_model_only): no AdamW moments, no RNG state. The manifest
+  // says "model_only": true; such a checkpoint loads for sampling and export, never to resume.
+  bool model_only = false;
 };
 
 // Writes the checkpoint of options.step under root; returns its folder. A collective.
@@ -80,6 +83,8 @@ class Checkpoint {
   int replicas() const { return replicas_; }      // copies that trained (hybrid sharding), else 1
   const std::string& strategy() const { return strategy_; }
   int64_t optimizer_steps() const { return optimizer_steps_; }
+  // Parameters only (saved with train.save_model_only): no optimizer or RNG state to resume.
+  bool model_only() const { return model_only_; }
   const nlohmann::json& config() const { return config_; }
   const nlohmann::json& manifest() const { return manifest_; }
   const std::vector<TensorRecord>& tensors() const { return tensors_; }
@@ -114,6 +119,7 @@ class Checkpoint {
   int replicas_ = 1;
   std::string strategy_;
   int64_t optimizer_steps_ = 0;
+  bool model_only_ = false;
   std::vector<TensorRecord> tensors_;
   std::map<std::string, size_t> index_;
   std::vector<FileRecord> files_;
@@ -126,10 +132,14 @@ class Checkpoint {
 // "x/model-00001-of-0000N.safetensors" of at most that size (a larger tensor gets a file of
 // its own) plus "x/model.safetensors.index.json" mapping each tensor to its file.
 // Returns the files written (the index last).
+// merge_lora: a LoRA run's base with its adapters folded in — every Linear weight W with an
+// adapter becomes W + (alpha / r) * B @ A (computed in float64, rounded once), and the
+// *.lora_a / *.lora_b tensors are left out: the model of a run without adapters, under the
+// same names (for model.init_from, or the series' released layout).
 std::vector<std::string> export_safetensors(const std::string& checkpoint_dir, const std::string& out_path,
                                             at::ScalarType dtype, const std::string& state = "param",
                                             uint64_t max_file_bytes = 0,
-                                            bool trainable_only = false);
+                                            bool trainable_only = false, bool merge_lora = false);
 
 // What `zeroshard inspect` prints; returns false when a file is missing or damaged.
 bool describe(const std::string& checkpoint_dir, std::string* text, bool list_tensors = true);

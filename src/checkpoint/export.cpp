@@ -3,6 +3,7 @@
 
 #include "io/file.h"
 #include "io/safetensors.h"
+#include "util/text.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -12,7 +13,7 @@ namespace zeroshard::ckpt {
 
 std::vector<std::string> export_safetensors(const std::string& checkpoint_dir, const std::string& out_path,
                                             at::ScalarType dtype, const std::string& state, uint64_t max_file_bytes,
-                                            bool trainable_only) {
+                                            bool trainable_only, bool merge_lora) {
   if (dtype != at::kFloat && dtype != at::kBFloat16) {
     throw std::invalid_argument("export: dtype must be fp32 or bf16");
   }
@@ -20,12 +21,32 @@ std::vector<std::string> export_safetensors(const std::string& checkpoint_dir, c
     throw std::invalid_argument("export: state must be param, exp_avg or exp_avg_sq, got '" + state + "'");
   }
   Checkpoint ck(checkpoint_dir);
+  if (state != "param" && ck.model_only()) {
+    throw std::invalid_argument("export --state " + state + ": " + checkpoint_dir +
+                                " holds the parameters only (saved with train.save_model_only)");
+  }
+  // merge_lora: the adapters' scale, as the run's Linear layers apply it (lora.alpha / lora.rank).
+  double lora_scale = 0.0;
+  auto is_adapter = [](const std::string& n) { return util::ends_with(n, ".lora_a") || util::ends_with(n, ".lora_b"); };
+  if (merge_lora) {
+    if (state != "param" || trainable_only) {
+      throw std::invalid_argument("export --merge-lora writes the weights (--state param) of the whole model");
+    }
+    const nlohmann::json lora = ck.config().contains("lora") ? ck.config()["lora"] : nlohmann::json::object();
+    const int64_t rank = lora.value("rank", int64_t{0});
+    if (rank <= 0) {
+      throw std::invalid_argument("export --merge-lora: " + checkpoint_dir + " was not a LoRA run (lora.rank " +
+                                  std::to_string(rank) + "): there are no adapters to fold in");
+    }
+    lora_scale = lora.value("alpha", 16.0) / static_cast<double>(rank);
+  }
   // Tensors in manifest order, cut into files of at most max_file_bytes.
   std::vector<std::vector<const TensorRecord*>> groups(1);
   uint64_t group_bytes = 0;
   for (const auto& t : ck.tensors()) {
     // Frozen tensors have no optimizer state; a LoRA run's trainable ones are its adapters.
     if ((state != "param" || trainable_only) && !t.trainable) continue;
+    if (merge_lora && is_adapter(t.name)) continue;
     const uint64_t bytes = static_cast<uint64_t>(t.numel) * c10::elementSize(dtype);
     if (max_file_bytes > 0 && !groups.back().empty() && group_bytes + bytes > max_file_bytes) {
       groups.emplace_back();
@@ -37,8 +58,9 @@ std::vector<std::string> export_safetensors(const std::string& checkpoint_dir, c
   if (groups[0].empty()) {
     throw std::invalid_argument("export: " + checkpoint_dir + " has no trainable tensors to export");
   }
-  const std::map<std::string, std::string> metadata = {
+  std::map<std::string, std::string> metadata = {
       {"format", "pt"}, {"producer", "zeroshard"}, {"step", std::to_string(ck.step())}, {"state", state}};
+  if (merge_lora) metadata["lora"] = "merged";
   auto write_file = [&](const std::string& path, const std::vector<const TensorRecord*>& tensors) {
     std::vector<io::TensorEntry> entries;
     for (const TensorRecord* t : tensors) entries.push_back({t->name, dtype, t->shape});
@@ -46,6 +68,24 @@ std::vector<std::string> export_safetensors(const std::string& checkpoint_dir, c
     for (const TensorRecord* t : tensors) {  // one tensor in memory at a time
       at::Tensor full = at::empty({t->numel}, at::kFloat);
       ck.read(*t, state, 0, t->numel, full);
+      if (merge_lora && util::ends_with(t->name, ".weight")) {
+        const std::string module = t->name.substr(0, t->name.size() - 7);
+        const TensorRecord* a = ck.find(module + ".lora_a");
+        const TensorRecord* b = ck.find(module + ".lora_b");
+        if ((a == nullptr) != (b == nullptr)) {
+          throw std::runtime_error("export --merge-lora: " + checkpoint_dir + " has only one of " + module +
+                                   ".lora_a / .lora_b");
+        }
+        if (a != nullptr) {
+          at::Tensor A = at::empty({a->numel}, at::kFloat), B = at::empty({b->numel}, at::kFloat);
+          ck.read(*a, "param", 0, a->numel, A);
+          ck.read(*b, "param", 0, b->numel, B);
+          // W + scale * B @ A in float64: one rounding to float32 for the merged weight.
+          const at::Tensor delta =
+              at::mm(B.view(b->shape).to(at::kDouble), A.view(a->shape).to(at::kDouble)) * lora_scale;
+          full = (full.view(t->shape).to(at::kDouble) + delta).to(at::kFloat).reshape({-1});
+        }
+      }
       writer.write(t->name, full.view(t->shape));
     }
     writer.finish();
@@ -91,6 +131,8 @@ bool describe(const std::string& checkpoint_dir, std::string* text, bool list_te
   const auto& model = ck.config().contains("model") ? ck.config()["model"] : nlohmann::json::object();
   out << "checkpoint   " << ck.dir() << "\n"
       << "step         " << ck.step() << " (optimizer steps " << ck.optimizer_steps() << ")\n"
+      << (ck.model_only() ? "content      parameters only (train.save_model_only): no optimizer or RNG state\n"
+                          : "")
       << "saved by     world size " << ck.world_size() << ", strategy " << ck.strategy()
       << (ck.replicas() > 1 ? " (hybrid: " + std::to_string(ck.replicas()) + " copies, one saved)" : std::string())
       << "\n"

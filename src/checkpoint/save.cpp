@@ -3,6 +3,7 @@
 #include "checkpoint/checkpoint.h"
 
 #include "io/file.h"
+#include "io/run_lock.h"
 #include "io/safetensors.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -102,7 +103,7 @@ std::string save_checkpoint(const std::string& root, ShardedModel& model, Sharde
     const auto& info = buffers[b];
     entries.push_back({info.key() + ".param", at::kFloat, {info.shard_size}});
     tensors.push_back(shards[b]);
-    if (info.trainable) {
+    if (info.trainable && !options.model_only) {
       entries.push_back({info.key() + ".exp_avg", at::kFloat, {info.shard_size}});
       tensors.push_back(local_slice(optim.exp_avg(optim_index), info.shard_size, rank));
       entries.push_back({info.key() + ".exp_avg_sq", at::kFloat, {info.shard_size}});
@@ -110,9 +111,11 @@ std::string save_checkpoint(const std::string& root, ShardedModel& model, Sharde
       ++optim_index;
     }
   }
-  at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
-  entries.push_back({"rng.cpu", at::kByte, {rng.numel()}});
-  tensors.push_back(rng);
+  if (!options.model_only) {
+    at::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
+    entries.push_back({"rng.cpu", at::kByte, {rng.numel()}});
+    tensors.push_back(rng);
+  }
   const std::string file_name = rank_file_name(rank, world);
   io::SafetensorsWriter writer((partial_dir / file_name).string(), entries,
                                {{"format", "zeroshard-checkpoint-shard"}, {"rank", std::to_string(rank)},
@@ -176,11 +179,12 @@ std::string save_checkpoint(const std::string& root, ShardedModel& model, Sharde
         {"world_size", world},
         {"replicas", model.num_replicas()},  // hybrid: copies of these files' shards that trained
         {"strategy", strategy_name(model.strategy())},
-        {"optimizer", {{"type", "adamw"}, {"steps_taken", optim.steps_taken()}}},
+        {"optimizer", {{"type", options.model_only ? "none" : "adamw"}, {"steps_taken", optim.steps_taken()}}},
+        {"model_only", options.model_only},
         {"data", {{"next_step", options.step + 1},
                   {"position", "the sampler is a pure function of (data.seed, step): resuming at next_step continues "
                                "the same batch sequence"}}},
-        {"rng", {{"cpu", "tensor 'rng.cpu' of each rank's file"}}},
+        {"rng", {{"cpu", options.model_only ? "not saved (model only)" : "tensor 'rng.cpu' of each rank's file"}}},
         {"config", options.config},
         {"files", files},
         {"buffers", buffer_list},
@@ -208,7 +212,10 @@ std::string save_checkpoint(const std::string& root, ShardedModel& model, Sharde
 std::string resolve_checkpoint(const std::string& path) {
   const fs::path p(path);
   for (const fs::path& root : {p, p / "checkpoints"}) {
-    if (fs::exists(root / kLatestName)) recover_interrupted_saves(root.string());
+    // A job that still runs there (it holds its run folder's lock) may be in the middle of a
+    // save: its `.partial` folder is no debris then, and is left alone.
+    const bool in_use = root.has_parent_path() && io::current_lock_holder(root.parent_path().string()).has_value();
+    if (fs::exists(root / kLatestName) && !in_use) recover_interrupted_saves(root.string());
   }
   if (fs::exists(p / kManifestName)) return p.string();
   for (const fs::path& root : {p, p / "checkpoints"}) {

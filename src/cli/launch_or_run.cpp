@@ -6,13 +6,27 @@
 #include <unistd.h>
 
 #include <climits>
-#include <cstdlib>
 #include <stdexcept>
 
 namespace zeroshard::cli {
 namespace {
 std::vector<std::string> g_args;
+
+RendezvousInfo rendezvous_of(const comm::LaunchEnv& e) {
+  RendezvousInfo info;
+  info.rank = e.rank;
+  info.world_size = e.world_size;
+  info.local_rank = e.local_rank;
+  info.local_world_size = e.local_world_size;
+  info.master_addr = e.store_host;
+  info.master_port = e.store_port;
+  info.file_store_path = e.store_file;
+  return info;
 }
+
+// --nproc N > 1 in a process that is the job's only one: it starts the N ranks itself.
+bool launches_local(int nproc) { return nproc > 1 && launch_env().world_size == 1; }
+}  // namespace
 
 void set_command_line(int argc, char** argv) { g_args.assign(argv + 1, argv + argc); }
 
@@ -24,12 +38,21 @@ std::string self_exe() {
   return buf;
 }
 
-bool inside_job() { return std::getenv("RANK") != nullptr; }
+const comm::LaunchEnv& launch_env() {
+  static const comm::LaunchEnv env = comm::resolve_launch_env();
+  return env;
+}
+
+bool joins_job(int nproc) { return launch_env().in_job() && !launches_local(nproc); }
+
+int job_world_size(int nproc) { return joins_job(nproc) ? launch_env().world_size : nproc; }
+int job_local_world_size(int nproc) { return joins_job(nproc) ? launch_env().local_world_size : nproc; }
 
 int launch_or_run(int nproc, const std::vector<std::string>& extra_args,
                   const std::function<int(const RendezvousInfo&)>& body) {
-  const RendezvousInfo rdv = RendezvousInfo::from_env();
-  if (!inside_job() && nproc > 1) {
+  const comm::LaunchEnv& env = launch_env();
+  comm::check_local_launch(env, nproc);  // --nproc 3 inside a 2-rank srun step: refused
+  if (launches_local(nproc)) {
     LaunchOptions lo;
     lo.nproc = nproc;
     lo.argv = {self_exe()};
@@ -37,11 +60,7 @@ int launch_or_run(int nproc, const std::vector<std::string>& extra_args,
     lo.argv.insert(lo.argv.end(), extra_args.begin(), extra_args.end());
     return launch_local(lo);
   }
-  if (inside_job() && nproc > 1 && nproc != rdv.world_size) {
-    throw std::invalid_argument("--nproc " + std::to_string(nproc) + " disagrees with WORLD_SIZE=" +
-                                std::to_string(rdv.world_size) + " of the surrounding launcher");
-  }
-  return body(rdv);
+  return body(rendezvous_of(env));
 }
 
 }  // namespace zeroshard::cli

@@ -38,10 +38,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_train(app),  add_prepare(app), add_sample(app),
                                          add_export(app), add_inspect(app), add_config(app),
-                                         add_report(app), add_reference_check(app)};
+                                         add_report(app), add_reference_check(app), add_plan(app)};
   CLI11_PARSE(app, argc, argv);
-  const char* rank_env = std::getenv("RANK");
-  const std::string who = rank_env ? std::string(" (rank ") + rank_env + ")" : std::string();
   try {
     for (const auto& c : commands) {
       if (c.app->parsed()) return c.run();
@@ -50,6 +48,14 @@ int main(int argc, char** argv) {
     // libtorch errors print without their C++ backtrace; a rank that only lost a peer exits
     // with kExitPeerLost so the launcher blames the rank that failed first.
     const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    // " (rank N)" when a launcher started this process as one rank of several (its variables
+    // refused name themselves in the message instead).
+    std::string who;
+    try {
+      const auto& env = launch_env();
+      if (env.world_size > 1) who = " (rank " + std::to_string(env.rank) + ")";
+    } catch (const std::exception&) {
+    }
     std::fprintf(stderr, "zeroshard: error%s: %s\n", who.c_str(), c10_error ? c10_error->what_without_backtrace() : e.what());
     return dynamic_cast<const zeroshard::CommError*>(&e) ? zeroshard::kExitPeerLost : 1;
   }

@@ -1,5 +1,6 @@
 #include "zeroshard/comm.h"
 
+#include "comm/launch_env.h"
 #include "comm/work_queue.h"
 
 #include <cstdlib>
@@ -78,24 +79,6 @@ void WorkQueue::run() {
 
 namespace {
 
-int env_int(const char* name, int fallback, bool required) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') {
-    if (required) {
-      throw std::invalid_argument(std::string("environment variable ") + name +
-                                  " is required when RANK is set (torchrun/Slurm convention)");
-    }
-    return fallback;
-  }
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (end == v || *end != '\0' || x < 0 || x > 1 << 20) {
-    throw std::invalid_argument(std::string("environment variable ") + name + "='" + v +
-                                "' is not a non-negative integer");
-  }
-  return static_cast<int>(x);
-}
-
 class CompletedWork : public CommWork {
  public:
   void wait() override {}
@@ -130,31 +113,17 @@ class LocalCommunicator : public Communicator {
 }  // namespace
 
 RendezvousInfo RendezvousInfo::from_env() {
+  // Explicit variables, Open MPI, a Slurm step, or one process; several processes of a
+  // launcher we cannot join are refused (src/comm/launch_env.h, docs/launchers.md).
+  const comm::LaunchEnv e = comm::resolve_launch_env();
   RendezvousInfo info;
-  const char* rank = std::getenv("RANK");
-  if (rank == nullptr || *rank == '\0') return info;
-  info.rank = env_int("RANK", 0, true);
-  info.world_size = env_int("WORLD_SIZE", 1, true);
-  info.local_rank = env_int("LOCAL_RANK", info.rank, false);
-  info.local_world_size = env_int("LOCAL_WORLD_SIZE", info.world_size, false);
-  if (info.world_size < 1 || info.rank >= info.world_size) {
-    throw std::invalid_argument("RANK=" + std::to_string(info.rank) + " is out of range for WORLD_SIZE=" +
-                                std::to_string(info.world_size));
-  }
-  if (const char* f = std::getenv("ZEROSHARD_STORE_FILE"); f != nullptr && *f != '\0') {
-    info.file_store_path = f;
-  } else {
-    const char* addr = std::getenv("MASTER_ADDR");
-    if (info.world_size > 1 && (addr == nullptr || *addr == '\0')) {
-      throw std::invalid_argument("environment variable MASTER_ADDR is required when WORLD_SIZE > 1");
-    }
-    if (addr != nullptr && *addr != '\0') info.master_addr = addr;
-    info.master_port = env_int("MASTER_PORT", 29500, info.world_size > 1);
-    if (info.master_port == 0 || info.master_port > 65535) {
-      throw std::invalid_argument("MASTER_PORT=" + std::to_string(info.master_port) +
-                                  " is not a TCP port (1-65535)");
-    }
-  }
+  info.rank = e.rank;
+  info.world_size = e.world_size;
+  info.local_rank = e.local_rank;
+  info.local_world_size = e.local_world_size;
+  info.master_addr = e.store_host;
+  info.master_port = e.store_port;
+  info.file_store_path = e.store_file;
   return info;
 }
 

@@ -48,6 +48,10 @@ struct Series {
   // reference-check kinds of the models in this folder.
   std::vector<reference::ReferenceKind> reference_kinds;
   bool supports_lora = false;
+  // PEFT adapters (src/checkpoint/peft.h) name the modules of the model the adapters belong to:
+  // the qualified name of that module plus ".", empty when it is the root ("dit." for the
+  // diffusion pipelines, whose adapters belong to the DiT).
+  std::string adapter_root;
 };
 
 // Every registered series, in registration order.

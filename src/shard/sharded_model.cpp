@@ -119,12 +119,12 @@ ShardedModel::Impl::~Impl() {
   }
 }
 
-void ShardedModel::Impl::build_units() {
-  const int rank = shard_comm_->rank(), world = shard_comm_->world_size();
+namespace shard {
 
+std::vector<UnitParams> assign_units(const std::shared_ptr<torch::nn::Module>& root, const WrapPolicy& wrap_policy) {
   // 1. Choose unit modules (pre-order; nothing inside a chosen unit is offered).
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> chosen;
-  for (const auto& item : module_->named_modules("", /*include_self=*/false)) {
+  for (const auto& item : root->named_modules("", /*include_self=*/false)) {
     const std::string& name = item.key();
     bool inside = false;
     for (const auto& c : chosen) {
@@ -132,7 +132,7 @@ void ShardedModel::Impl::build_units() {
     }
     if (inside) continue;
     if (dynamic_cast<nn::HookableModule*>(item.value().get()) == nullptr) continue;
-    if (options_.wrap_policy(name, *item.value())) chosen.emplace_back(name, item.value());
+    if (wrap_policy(name, *item.value())) chosen.emplace_back(name, item.value());
   }
 
   // 2. Owner of every parameter: the unit that uses it, or the root if several units (tied
@@ -147,9 +147,15 @@ void ShardedModel::Impl::build_units() {
     }
   }
   const int n_units = static_cast<int>(chosen.size()) + 1;
-  std::vector<std::vector<ParamSlot>> trainable(n_units), frozen(n_units);
+  std::vector<UnitParams> units(static_cast<size_t>(n_units));
+  units[0].name = "<root>";
+  units[0].module = root;
+  for (int u = 1; u < n_units; ++u) {
+    units[static_cast<size_t>(u)].name = chosen[static_cast<size_t>(u - 1)].first;
+    units[static_cast<size_t>(u)].module = chosen[static_cast<size_t>(u - 1)].second;
+  }
   std::set<const void*> seen;
-  for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
+  for (const auto& item : root->named_parameters(/*recurse=*/true)) {
     const void* key = item.value().unsafeGetTensorImpl();
     if (!seen.insert(key).second) continue;  // tied: already placed under its first name
     auto it = owner.find(key);
@@ -157,7 +163,24 @@ void ShardedModel::Impl::build_units() {
     ParamSlot slot;
     slot.name = item.key();
     slot.param = item.value();
-    (item.value().requires_grad() ? trainable : frozen)[u].push_back(std::move(slot));
+    UnitParams& unit = units[static_cast<size_t>(u)];
+    (item.value().requires_grad() ? unit.trainable : unit.frozen).push_back(std::move(slot));
+  }
+  return units;
+}
+
+}  // namespace shard
+
+void ShardedModel::Impl::build_units() {
+  const int rank = shard_comm_->rank(), world = shard_comm_->world_size();
+
+  // 1-2. Units and the parameters of each (shard/unit.h).
+  std::vector<shard::UnitParams> assigned = shard::assign_units(module_, options_.wrap_policy);
+  const int n_units = static_cast<int>(assigned.size());
+  std::vector<std::vector<ParamSlot>> trainable(n_units), frozen(n_units);
+  for (int u = 0; u < n_units; ++u) {
+    trainable[u] = std::move(assigned[static_cast<size_t>(u)].trainable);
+    frozen[u] = std::move(assigned[static_cast<size_t>(u)].frozen);
   }
 
   // 3. Build units: root first, then the chosen modules in pre-order. The plan decides which
@@ -171,9 +194,8 @@ void ShardedModel::Impl::build_units() {
     auto unit = std::make_unique<Unit>();
     unit->index = u;
     unit->is_root = (u == 0);
-    unit->name = u == 0 ? std::string("<root>") : chosen[u - 1].first;
-    unit->module = u == 0 ? dynamic_cast<nn::HookableModule*>(module_.get())
-                          : dynamic_cast<nn::HookableModule*>(chosen[u - 1].second.get());
+    unit->name = assigned[static_cast<size_t>(u)].name;
+    unit->module = dynamic_cast<nn::HookableModule*>(assigned[static_cast<size_t>(u)].module.get());
     if (!trainable[u].empty()) {
       const bool shard = sharded(trainable[u]);
       unit->trainable = std::make_unique<FlatParam>(unit->name, true, std::move(trainable[u]), rank, world, shard,

@@ -51,4 +51,17 @@ struct Unit {
   }
 };
 
+// Which parameters go into which unit, before any buffer exists: the engine builds its units
+// from this, and the memory planner (shard/plan.h) computes their sizes from it. Units in the
+// engine's order: the root first, then the modules the wrap policy chose, in pre-order (nothing
+// inside a chosen unit is offered). A parameter belongs to the unit that uses it, or to the
+// root when several units (tied weights) or none use it; a tied parameter appears once, under
+// its first qualified name. Trainable (requires_grad) and frozen ones are kept apart.
+struct UnitParams {
+  std::string name;  // "<root>" for the root
+  std::shared_ptr<torch::nn::Module> module;  // the root module for the root
+  std::vector<ParamSlot> trainable, frozen;
+};
+std::vector<UnitParams> assign_units(const std::shared_ptr<torch::nn::Module>& root, const WrapPolicy& wrap_policy);
+
 }  // namespace zeroshard::shard

@@ -66,6 +66,8 @@ ConfigKeys config_keys(TrainConfig& c) {
   k.add_int("train.keep_last", &t.keep_last, 0, big, "checkpoints kept (newest); 0: all");
   k.add_bool("train.save_final", &t.save_final, "save after the last step");
   k.add_bool("train.save_on_signal", &t.save_on_signal, "SIGINT/SIGTERM: save after the step, then exit");
+  k.add_bool("train.save_model_only", &t.save_model_only,
+             "checkpoints hold the parameters only (no AdamW or RNG state): for inference; cannot be resumed");
   k.add_enum<OnNonfinite>("train.on_nonfinite", &t.on_nonfinite,
                           {{"abort", OnNonfinite::Abort}, {"skip", OnNonfinite::Skip}},
                           "a NaN/Inf loss or gradient norm: stop every rank, or skip the step on all");
@@ -74,6 +76,8 @@ ConfigKeys config_keys(TrainConfig& c) {
   k.add_int("lora.rank", &c.lora.rank, 0, 1 << 16, "LoRA rank; 0: off (full training)");
   k.add_float("lora.alpha", &c.lora.alpha, 0.0, 1e6, "LoRA alpha (the adapter is scaled by alpha / rank)");
   k.add_string("lora.targets", &c.lora.targets, {}, "comma-separated Linear layers to adapt: a last name component (wq) or the last components (ffn.0)");
+  k.add_string("lora.init_from", &c.lora.init_from, {},
+               "a PEFT adapter (folder with adapter_config.json, or its adapter_model.safetensors) to continue from");
 
   const std::vector<std::pair<std::string, DType>> dtypes = {{"fp32", DType::FP32}, {"bf16", DType::BF16}};
   k.add_enum<DType>("mixed_precision.param_dtype", &c.mixed_precision.param_dtype, dtypes,
@@ -107,6 +111,13 @@ ConfigKeys config_keys(TrainConfig& c) {
   k.add_int("data.seed", &c.data.seed, 0, std::numeric_limits<int64_t>::max(), "seed of the data order and noise");
 
   k.add_string("run.dir", &c.run.dir, {}, "the run folder; default runs/<config>-<timestamp>");
+  k.add_bool("run.overwrite", &c.run.overwrite,
+             "start over in a run.dir that holds an earlier run's results, removing them (else --resume)");
+  k.add_bool("run.tensorboard", &c.run.tensorboard, "write TensorBoard event files (the metrics.jsonl scalars)");
+  k.add_bool("run.save_16bit_model", &c.run.save_16bit_model,
+             "each checkpoint also gets model.safetensors: every parameter consolidated, in bf16");
+  k.add_float("run.peak_tflops", &c.run.peak_tflops, 0.0, 1e9,
+              "peak TFLOP/s of one rank, for the MFU figure; 0: measured by a GEMM at the start");
   k.add_bool("run.dump_init", &c.run.dump_init, "write <run>/init.safetensors (the initial weights)");
   k.add_bool("run.dump_batches", &c.run.dump_batches, "write <run>/batches.rank<r>.bin (each rank's inputs)");
   k.add_bool("run.dump_final_shards", &c.run.dump_final_shards, "write <run>/final_shard.rank<r>.bin");
@@ -135,8 +146,10 @@ ConfigKeys config_keys(TrainConfig& c) {
 
 namespace {
 
+// level: 0 default, 1 a config file, 2 a foreign setting (DeepSpeed/accelerate/Megatron), 3 --set.
 struct Item {
   std::string key, value, source;
+  int level = 1;
 };
 
 void flatten(const YAML::Node& node, const std::string& prefix, const std::string& file, std::vector<Item>& out) {
@@ -207,17 +220,24 @@ void read_file(const std::string& path, std::vector<Item>& items, std::set<std::
 }  // namespace
 
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides, Provenance* provenance) {
+  std::vector<ConfigOverride> sourced;
+  for (const auto& o : overrides) sourced.push_back({o, "--set", false});
+  return load_config_sourced(path, sourced, provenance);
+}
+
+TrainConfig load_config_sourced(const std::string& path, const std::vector<ConfigOverride>& overrides,
+                                Provenance* provenance) {
   std::vector<Item> items;
   if (!path.empty()) {
     std::set<std::string> chain;
     read_file(path, items, chain);
   }
   for (const auto& o : overrides) {
-    const auto eq = o.find('=');
+    const auto eq = o.text.find('=');
     if (eq == std::string::npos || eq == 0) {
-      throw std::invalid_argument("--set '" + o + "': expected key=value, e.g. --set train.steps=100");
+      throw std::invalid_argument(o.source + " '" + o.text + "': expected key=value, e.g. --set train.steps=100");
     }
-    items.push_back({o.substr(0, eq), o.substr(eq + 1), "--set"});
+    items.push_back({o.text.substr(0, eq), o.text.substr(eq + 1), o.source, o.foreign ? 2 : 3});
   }
   // model.series decides which keys exist: the last value given wins.
   TrainConfig c;
@@ -236,7 +256,11 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
   Provenance local;
   if (provenance == nullptr) provenance = &local;
   ConfigKeys keys = config_keys(c);
-  for (const auto& k : keys.all()) (*provenance)[k.name] = "default";
+  std::map<std::string, int> levels;  // key -> the level of its value's source
+  for (const auto& k : keys.all()) {
+    (*provenance)[k.name] = "default";
+    levels[k.name] = 0;
+  }
   for (const auto& it : items) {
     const std::string where = it.source;
     const ConfigKey* key = keys.find(it.key);
@@ -248,22 +272,25 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
                                   key->allowed + ")");
     }
     (*provenance)[it.key] = it.source;
+    levels[it.key] = it.level;
   }
   // parallel.strategy and its alias parallel.zero_stage: the later source wins (--set over a
-  // file over the default); the same source giving both, differently, is an error.
+  // foreign file over a config file over the default); the same level giving both,
+  // differently, is an error.
   ParallelSection& p = c.parallel;
   if (p.zero_stage >= 0) {
-    auto level = [](const std::string& from) { return from == "default" ? 0 : from == "--set" ? 2 : 1; };
+    auto level = [&levels](const std::string& key) { return levels[key]; };
     const Strategy from_stage = strategy_from_zero_stage(static_cast<int>(p.zero_stage));
     const std::string& sp = (*provenance)["parallel.strategy"];
     const std::string& zp = (*provenance)["parallel.zero_stage"];
+    const std::string sk = "parallel.strategy", zk = "parallel.zero_stage";
     if (from_stage != p.strategy) {
-      if (level(sp) == level(zp)) {
+      if (level(sk) == level(zk)) {
         throw std::invalid_argument("parallel.zero_stage=" + std::to_string(p.zero_stage) + " (" +
                                     strategy_name(from_stage) + ", from " + zp + ") contradicts parallel.strategy=" +
                                     strategy_name(p.strategy) + " (from " + sp + "); set only one of them");
       }
-      if (level(sp) > level(zp)) p.zero_stage = static_cast<int64_t>(p.strategy);
+      if (level(sk) > level(zk)) p.zero_stage = static_cast<int64_t>(p.strategy);
     }
   }
   validate(c);
@@ -282,6 +309,18 @@ void validate(TrainConfig& c) {
   }
   if (c.lora.rank == 0 && (c.lora.alpha != defaults.lora.alpha || c.lora.targets != defaults.lora.targets)) {
     throw std::invalid_argument("lora.alpha and lora.targets apply only with lora.rank > 0 (LoRA is off)");
+  }
+  if (c.lora.rank == 0 && !c.lora.init_from.empty()) {
+    throw std::invalid_argument("lora.init_from=" + c.lora.init_from +
+                                " continues from a LoRA adapter, but LoRA is off; set lora.rank (and lora.alpha, "
+                                "lora.targets) as the adapter's adapter_config.json has them");
+  }
+  if (!c.lora.init_from.empty() && !c.train.resume.empty()) {
+    throw std::invalid_argument("lora.init_from and train.resume both set: a resumed run takes its adapters from the "
+                                "checkpoint; set only one");
+  }
+  if (!c.lora.init_from.empty() && !fs::exists(c.lora.init_from)) {
+    throw std::invalid_argument("lora.init_from: '" + c.lora.init_from + "' does not exist");
   }
   if (c.lora.rank > 0 && c.lora.targets.empty()) {
     throw std::invalid_argument("lora.targets is empty: name the Linear layers to adapt, e.g. wq,wv");

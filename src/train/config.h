@@ -73,6 +73,9 @@ struct TrainSection {
   int64_t keep_last = 0;   // keep this many newest checkpoints; 0 = all
   bool save_final = true;
   bool save_on_signal = true;
+  // Checkpoints hold the parameters only (no AdamW state, no RNG state): for handing a model
+  // to inference or export; such a checkpoint cannot be resumed.
+  bool save_model_only = false;
   OnNonfinite on_nonfinite = OnNonfinite::Abort;
   std::string resume;  // a checkpoint, checkpoints folder or run folder to continue from
 };
@@ -81,6 +84,7 @@ struct LoraSection {
   int64_t rank = 0;  // 0: off
   double alpha = 16.0;
   std::string targets = "wq,wk,wv,wo";
+  std::string init_from;  // a PEFT adapter (folder or adapter_model.safetensors) to continue from
 };
 
 struct MixedPrecisionSection {
@@ -108,6 +112,12 @@ struct DataSection {
 
 struct RunSection {
   std::string dir;  // default runs/<config>-<timestamp>
+  // A folder holding an earlier run's results (metrics, checkpoints, summary) is only reused
+  // with --resume, or with overwrite: its results are then removed first (src/io/run_lock.h).
+  bool overwrite = false;
+  bool tensorboard = false;       // <run_dir>/events.out.tfevents.*: the scalars of metrics.jsonl
+  bool save_16bit_model = false;  // each checkpoint also gets model.safetensors in bf16 (consolidated)
+  double peak_tflops = 0;         // per rank, for MFU; 0: measured by a GEMM at the start
   bool dump_init = false;
   bool dump_batches = false;
   bool dump_final_shards = false;
@@ -160,13 +170,25 @@ struct TrainConfig {
 // Every key of this config (the core sections', then the series'), bound to its fields.
 ConfigKeys config_keys(TrainConfig& c);
 
-// Where each value came from: "default", a file path, or "--set".
+// Where each value came from: "default", a file path, "--set", or a foreign setting's source
+// ("ds_config.json: zero_optimization.stage").
 using Provenance = std::map<std::string, std::string>;
+
+// A "key=value" override and where it came from. Foreign ones (DeepSpeed / accelerate files,
+// Megatron flags: src/train/foreign_config.h) rank between the config file and --set.
+struct ConfigOverride {
+  std::string text;             // key=value
+  std::string source = "--set";
+  bool foreign = false;
+};
 
 // Loads path (may be empty: defaults only), then applies "key=value" overrides in order.
 // Throws std::invalid_argument naming the file, key, value and what is allowed.
 TrainConfig load_config(const std::string& path, const std::vector<std::string>& overrides,
                         Provenance* provenance = nullptr);
+// The same with each override's source (its own name: `load_config(path, {})` stays unambiguous).
+TrainConfig load_config_sourced(const std::string& path, const std::vector<ConfigOverride>& overrides,
+                                Provenance* provenance = nullptr);
 
 // Cross-field checks (alias agreement, series checks, files that must exist...).
 void validate(TrainConfig& c);

@@ -56,6 +56,10 @@ nlohmann::json StepMetrics::to_json() const {
                          {"mem_step_peak_bytes", r0.mem_step_peak_bytes},
                          {"skipped", skipped},
                          {"ranks", per_rank}};
+  if (tflops_per_rank > 0) {
+    line["tflops_per_rank"] = tflops_per_rank;
+    line["mfu"] = mfu;
+  }
   for (auto it = series.begin(); it != series.end(); ++it) line[it.key()] = it.value();
   return line;
 }

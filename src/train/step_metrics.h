@@ -57,6 +57,9 @@ struct StepMetrics {
   double lr = 0, grad_norm = 0, step_time_s = 0;
   std::string throughput_key;  // tokens_per_s, clips_per_s, ...
   double throughput = 0;
+  // The model's FLOPs (Task::flops_per_item) per second per rank, in TFLOP/s, and that over
+  // one rank's peak (run.peak_tflops, or measured): 0 when the series does not count FLOPs.
+  double tflops_per_rank = 0, mfu = 0;
   bool skipped = false;
   RankFigures local;                // this rank's (rank 0's in the line's top level)
   std::vector<RankFigures> ranks;   // every rank's

@@ -32,6 +32,12 @@ class Task {
   // What one optimizer step trains on over all ranks, e.g. 4096 "tokens" or 8 "clips".
   virtual double items_per_step() const = 0;
   virtual std::string item_name() const = 0;
+  // Model FLOPs to train on one item (forward and backward, all ranks' work counted once),
+  // for the throughput/MFU figures (TFLOP/s per rank, MFU in the progress line and
+  // metrics.jsonl). Matmul FLOPs as torchtitan counts them: 2 per multiply-add, backward twice
+  // the forward for trained paths (docs/throughput.md says how each series counts). 0: the
+  // series does not say, and no FLOPs are reported.
+  virtual double flops_per_item() const { return 0.0; }
   // run.dump_batches: this rank's inputs of steps [0, steps) as raw bytes.
   virtual void dump_batches(const std::string& path, int64_t steps) const = 0;
   // After a step's micro-batches, on every rank (may run collectives): the series' figures for

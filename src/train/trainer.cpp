@@ -1,7 +1,10 @@
 #include "train/trainer.h"
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/peft.h"
+#include "io/run_lock.h"
 #include "io/safetensors.h"
+#include "io/tensorboard.h"
 #include "models/series.h"
 #include "nn/layers.h"
 #include "nn/matmul.h"
@@ -35,6 +38,12 @@ using Clock = std::chrono::steady_clock;
 
 std::string checked_resume_checkpoint(const TrainConfig& cfg) {
   const ckpt::Checkpoint ck(ckpt::resolve_checkpoint(cfg.train.resume));
+  if (ck.model_only()) {
+    throw std::invalid_argument("train.resume: checkpoint " + ck.dir() +
+                                " holds the parameters only (saved with train.save_model_only: no AdamW or RNG "
+                                "state), so training cannot continue exactly from it. Export it (`zeroshard export " +
+                                ck.dir() + " model.safetensors`) and start a new run with model.init_from");
+  }
   const auto diffs = model_differences(cfg, ck.config());
   if (!diffs.empty()) {
     std::string text;
@@ -93,6 +102,23 @@ void truncate_metrics(const std::string& path, int64_t step) {
   std::ofstream(path, std::ios::trunc) << kept;
 }
 
+// One rank's matmul throughput in FLOP/s, for the MFU figure when run.peak_tflops is 0: the
+// best of a few 1024^3 products in the compute dtype, through the kernels the model uses
+// (src/nn/matmul.h), with this rank's threads and while the other ranks measure too (the
+// contention a run has). Touches no random generator.
+double measured_peak_flops(at::ScalarType dtype) {
+  const int64_t n = 1024;
+  const at::Tensor a = at::full({n, n}, 0.5, at::kFloat).to(dtype), b = at::full({n, n}, 0.25, at::kFloat).to(dtype);
+  double best = 1e30;
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = Clock::now();
+    const at::Tensor c = nn::matmul(a, b);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (i > 0) best = std::min(best, s);  // the first one warms up
+  }
+  return 2.0 * static_cast<double>(n * n * n) / best;
+}
+
 nn::Bf16Matmul bf16_matmul_mode(Bf16Matmul m) {
   return m == Bf16Matmul::Native ? nn::Bf16Matmul::Native : m == Bf16Matmul::ViaFp32 ? nn::Bf16Matmul::ViaFp32
                                                                                      : nn::Bf16Matmul::Auto;
@@ -105,6 +131,9 @@ struct Trainer::Impl {
 
   TrainConfig cfg;
   RendezvousInfo rdv;
+  std::unique_ptr<io::RunLock> run_lock;  // rank 0: held from before anything is written until the end
+  std::unique_ptr<io::EventWriter> events;  // rank 0, run.tensorboard
+  double flops_per_item = 0, peak_flops = 0;  // model FLOPs per item; one rank's peak FLOP/s
   StopSignal stop_signal;  // SIGINT/SIGTERM: stop after the step on every rank
   std::shared_ptr<Communicator> comm;
   int rank = 0, world = 1, threads = 1;
@@ -142,11 +171,16 @@ struct Trainer::Impl {
     const int64_t steps = cfg.train.steps;
     const double elapsed = std::chrono::duration<double>(Clock::now() - job_start).count();
     const double eta = elapsed / static_cast<double>(m.step - start_step) * static_cast<double>(steps - m.step);
-    char text[256];
-    std::snprintf(text, sizeof(text), "step %lld/%lld | loss %.4f | %s %s/s | %.3f s/step | ETA %.0fs",
+    char text[320];
+    // As torchtitan logs it: the model's FLOP/s per rank and their share of the peak (MFU).
+    char flops[96] = "";
+    if (m.tflops_per_rank > 0) {
+      std::snprintf(flops, sizeof(flops), " | %.3g TFLOP/s/rank | MFU %.1f%%", m.tflops_per_rank, 100.0 * m.mfu);
+    }
+    std::snprintf(text, sizeof(text), "step %lld/%lld | loss %.4f | %s %s/s%s | %.3f s/step | ETA %.0fs",
                   static_cast<long long>(m.step), static_cast<long long>(steps), static_cast<double>(m.loss),
                   human_count(m.throughput).c_str(), task->item_name() == "tokens" ? "tok" : task->item_name().c_str(),
-                  m.step_time_s, eta);
+                  flops, m.step_time_s, eta);
     if (cfg.run.progress && tty) {
       // A bar on a terminal, redrawn in place.
       const int width = 24;
@@ -198,8 +232,32 @@ void Trainer::setup() {
   if (proposed_run_dir.empty()) proposed_run_dir = default_run_dir(cfg);
   s.run_dir = agree_on_string(*s.comm, proposed_run_dir);
   s.checkpoint_root = s.run_dir + "/checkpoints";
+  // One run, one folder: rank 0 locks it (for the job's life) and checks what an earlier run
+  // left there before any rank writes a byte; every rank learns the outcome and fails alike.
+  std::string refusal, cleared;
+  if (s.rank == 0) {
+    try {
+      s.run_lock = io::RunLock::acquire(s.run_dir);
+      // Resuming a checkpoint of this very folder continues it; anything else starts a run.
+      const bool resuming_here =
+          s.resume && fs::weakly_canonical(s.resume->dir()).string().rfind(
+                          fs::weakly_canonical(s.checkpoint_root).string() + "/", 0) == 0;
+      if (!resuming_here) {
+        io::check_run_dir_start(s.run_dir, /*resuming=*/false, cfg.run.overwrite);
+        if (cfg.run.overwrite) {
+          for (const auto& name : io::clear_run_results(s.run_dir)) cleared += (cleared.empty() ? "" : ", ") + name;
+        }
+      }
+    } catch (const std::exception& e) {
+      refusal = e.what();
+      s.run_lock.reset();
+    }
+  }
+  refusal = agree_on_string(*s.comm, refusal);
+  if (!refusal.empty()) throw std::runtime_error(refusal);
   fs::create_directories(s.run_dir);
   s.log = std::make_unique<RankLog>(s.run_dir + "/rank" + std::to_string(s.rank) + ".log", s.rank);
+  if (!cleared.empty()) s.log->line("run.overwrite: removed the earlier run's " + cleared);
   s.log->line("start: world_size=" + std::to_string(s.world) + " strategy=" + strategy_name(cfg.parallel.strategy) +
               " threads=" + std::to_string(s.threads) + " backend=" + s.comm->backend_name() +
               (s.resume ? " resume_from=" + s.resume->dir() : std::string()));
@@ -236,6 +294,16 @@ void Trainer::setup() {
   } else {
     shard.param_source = s.task->initial_source(seeded);
   }
+  if (!cfg.lora.init_from.empty()) {
+    // Continue from a PEFT adapter: its lora_A / lora_B become the adapters' starting values.
+    const nn::LoraOptions lo = lora_options(cfg);
+    shard.param_source = combine_param_sources(
+        shard.param_source,
+        ckpt::peft_adapter_source(cfg.lora.init_from, models::find_series(cfg.series).adapter_root, lo.rank, lo.alpha,
+                                  lo.targets),
+        nn::is_lora_parameter);
+    s.log->line("LoRA adapters from the PEFT adapter " + cfg.lora.init_from);
+  }
   s.sharded = fully_shard(s.task->module(), s.comm, shard);
   if (s.sharded->num_replicas() > 1) {
     s.log->line("hybrid sharding: " + std::to_string(s.sharded->num_replicas()) +
@@ -270,8 +338,22 @@ void Trainer::setup() {
     s.task->dump_batches(s.run_dir + "/batches.rank" + std::to_string(s.rank) + ".bin", cfg.train.steps);
   }
   if (s.rank == 0) s.metrics = std::make_unique<JsonlWriter>(s.run_dir + "/metrics.jsonl");
+  if (s.rank == 0 && cfg.run.tensorboard) {
+    s.events = std::make_unique<io::EventWriter>(s.run_dir, s.start_step);
+    s.log->line("TensorBoard events: " + s.events->path());
+  }
   s.tty = s.rank == 0 && isatty(STDOUT_FILENO);
   s.items_per_step = s.task->items_per_step();
+  s.flops_per_item = s.task->flops_per_item();
+  if (s.flops_per_item > 0) {
+    s.peak_flops = cfg.run.peak_tflops > 0 ? cfg.run.peak_tflops * 1e12
+                                           : measured_peak_flops(scalar_type(cfg.mixed_precision.param_dtype));
+    char line[200];
+    std::snprintf(line, sizeof(line), "model FLOPs: %.4g per %s; peak %.4g TFLOP/s per rank (%s)",
+                  s.flops_per_item, s.task->item_name().c_str(), s.peak_flops / 1e12,
+                  cfg.run.peak_tflops > 0 ? "run.peak_tflops" : "measured: 1024^3 matmuls in the compute dtype");
+    s.log->line(line);
+  }
   s.throughput_key = s.task->item_name() + "_per_s";  // tokens_per_s, clips_per_s
   s.job_start = Clock::now();
 }
@@ -348,6 +430,10 @@ bool Trainer::step(int64_t step) {
   s.step_times.push_back(m.step_time_s);
   m.throughput_key = s.throughput_key;
   m.throughput = s.items_per_step / m.step_time_s;
+  if (s.flops_per_item > 0) {
+    m.tflops_per_rank = s.flops_per_item * m.throughput / s.world / 1e12;
+    m.mfu = m.tflops_per_rank * 1e12 / s.peak_flops;
+  }
 
   // Where the step went on this rank (compute, communication it waited for, optimizer) and
   // its memory, gathered so rank 0 can log every rank's; the same gather carries each rank's
@@ -375,7 +461,12 @@ bool Trainer::step(int64_t step) {
   for (int r = 0; r < s.world; ++r) m.ranks.push_back(RankFigures::unpack(all.data_ptr<int64_t>() + r * n));
   for (int r = 0; r < s.world && s.stop_requested == 0; ++r) s.stop_requested = static_cast<int>(m.ranks[r].stop_signal);
   if (s.rank == 0) {
-    s.metrics->write(m.to_json());
+    const nlohmann::json line = m.to_json();
+    s.metrics->write(line);
+    if (s.events) {
+      const auto scalars = io::metrics_scalars(line);
+      s.events->add_scalars(scalars.second, scalars.first);
+    }
     s.print_progress(m);
   }
   if (step % cfg.train.log_every == 0 || step == cfg.train.steps) {
@@ -395,8 +486,18 @@ void Trainer::save(int64_t step) {
   so.config = config_to_json(s.cfg, s.world);
   so.keep_last = s.cfg.train.keep_last;
   so.kill_rank_midway = s.faults->kill_rank_in_save(step);
+  so.model_only = s.cfg.train.save_model_only;
   const auto t0 = Clock::now();
   const std::string dir = ckpt::save_checkpoint(s.checkpoint_root, *s.sharded, *s.optim, so);
+  if (s.cfg.run.save_16bit_model) {
+    // DeepSpeed's stage3_gather_16bit_weights_on_model_save / accelerate's zero3_save_16bit_model:
+    // the whole model in one 16-bit file beside the shards, streamed from the files just written.
+    if (s.rank == 0) {
+      ckpt::export_safetensors(dir, (fs::path(dir) / "model.safetensors").string(), at::kBFloat16);
+      s.log->line("wrote " + dir + "/model.safetensors (bf16, run.save_16bit_model)");
+    }
+    s.comm->barrier();
+  }
   s.last_saved = step;
   s.log->line("saved " + dir + " in " + std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()) +
               " s; peak RSS " + std::to_string(peak_rss_bytes() >> 20) + " MiB");

@@ -78,6 +78,7 @@ Series flux_series() {
   s.is_unit = flux_unit;
   s.sample = PipelineTask<FluxTraits>::generate;
   s.supports_lora = true;
+  s.adapter_root = "dit.";  // PipelineTask::build adapts the DiT only
   return s;
 }
 

@@ -116,6 +116,35 @@ class LanguageModelTask : public train::Task {
   double items_per_step() const override { return static_cast<double>(sampler_.global_batch_size() * series_.seq_len); }
   std::string item_name() const override { return "tokens"; }
 
+  // Per token, as torchtitan counts a decoder LM: 6 FLOPs per matmul weight a token passes
+  // through (forward 2, backward 4: input and weight gradients) — every Linear, the output
+  // projection included (tied or not), MoE blocks with their router and top_k experts (plus
+  // the shared expert) — and 12 * layers * heads * head_dim * seq_len for the attention scores
+  // and values (the full T x T products, as torchtitan counts them, not the causal half).
+  // LoRA: the frozen weights cost 4 (forward and the input gradient), the adapters 6 each
+  // (experts' adapters as often as their expert runs: top_k / n_experts of the tokens).
+  double flops_per_item() const override {
+    const LlamaConfig& c = series_.llama;
+    const int64_t hd = c.head_dim();
+    const double attn = static_cast<double>(c.dim * c.n_heads * hd + 2 * c.dim * c.n_kv_heads * hd + c.n_heads * hd * c.dim);
+    double ffn = 3.0 * static_cast<double>(c.dim * c.ffn_hidden);
+    if (c.moe.enabled()) {
+      ffn = static_cast<double>(c.dim * c.moe.n_experts) + static_cast<double>(c.moe.top_k) * ffn;
+      if (c.moe.shared_expert_hidden > 0) ffn += 3.0 * static_cast<double>(c.dim * c.moe.shared_expert_hidden + c.dim);
+    }
+    const double weights = static_cast<double>(c.n_layers) * (attn + ffn) + static_cast<double>(c.vocab_size * c.dim);
+    const double scores = 12.0 * static_cast<double>(c.n_layers * c.n_heads * hd * series_.seq_len);
+    if (cfg_.lora.rank == 0) return 6.0 * weights + scores;
+    double adapters = 0.0;
+    for (const auto& p : model_->named_parameters(/*recurse=*/true)) {
+      if (!nn::is_lora_parameter(p.key())) continue;
+      const bool expert = p.key().find(".experts.") != std::string::npos;
+      adapters += static_cast<double>(p.value().numel()) *
+                  (expert ? static_cast<double>(c.moe.top_k) / static_cast<double>(c.moe.n_experts) : 1.0);
+    }
+    return 4.0 * weights + 6.0 * adapters + scores;
+  }
+
   void dump_batches(const std::string& path, int64_t steps) const override {
     std::ofstream out(path, std::ios::binary);
     for (int64_t s = 0; s < steps; ++s) {

@@ -250,6 +250,7 @@ Series wan_series() {
   s.sample = generate;
   s.prepare = wan::prepare_cache;
   s.supports_lora = true;
+  s.adapter_root = "dit.";  // PipelineTask::build adapts the DiT only
   return s;
 }
 

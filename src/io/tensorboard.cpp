@@ -1,0 +1,158 @@
+#include "io/tensorboard.h"
+
+#include "tensorboard_event.pb.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+namespace zeroshard::io {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Slicing-by-8 tables: table[k][b] is the CRC of byte b followed by k zero bytes.
+struct Crc32cTables {
+  std::array<std::array<uint32_t, 256>, 8> t{};
+  Crc32cTables() {
+    for (uint32_t b = 0; b < 256; ++b) {
+      uint32_t c = b;
+      for (int i = 0; i < 8; ++i) c = (c & 1) ? (0x82F63B78u ^ (c >> 1)) : (c >> 1);
+      t[0][b] = c;
+    }
+    for (uint32_t b = 0; b < 256; ++b) {
+      for (int k = 1; k < 8; ++k) t[k][b] = (t[k - 1][b] >> 8) ^ t[0][t[k - 1][b] & 0xff];
+    }
+  }
+};
+
+const Crc32cTables& crc_tables() {
+  static const Crc32cTables tables;
+  return tables;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void put_le(std::string& out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
+  const auto& t = crc_tables().t;
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  while (n >= 8) {
+    uint32_t lo = 0, hi = 0;
+    std::memcpy(&lo, p, 4);
+    std::memcpy(&hi, p + 4, 4);
+    lo ^= crc;  // little-endian hosts only (x86-64, aarch64)
+    crc = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24] ^ t[3][hi & 0xff] ^
+          t[2][(hi >> 8) & 0xff] ^ t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
+    p += 8;
+    n -= 8;
+  }
+  while (n-- > 0) crc = t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+uint32_t masked_crc32c(const void* data, size_t n) {
+  const uint32_t crc = crc32c(data, n);
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+EventWriter::EventWriter(const std::string& dir, int64_t resume_step) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("tensorboard: cannot create '" + dir + "': " + ec.message());
+  const double start = now_seconds();
+  path_ = (fs::path(dir) / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(start)) + "." + hostname()))
+              .string();
+  if (fs::exists(path_)) path_ += "." + std::to_string(getpid());
+  file_ = std::fopen(path_.c_str(), "wbx");  // x: never append to another writer's file
+  if (file_ == nullptr) throw std::runtime_error("tensorboard: cannot create '" + path_ + "': " + std::strerror(errno));
+  zeroshard::tensorboard::Event version;
+  version.set_wall_time(start);
+  version.set_file_version("brain.Event:2");
+  write_record(version.SerializeAsString());
+  if (resume_step > 0) {
+    zeroshard::tensorboard::Event restart;
+    restart.set_wall_time(start);
+    restart.set_step(resume_step);
+    restart.mutable_session_log()->set_status(zeroshard::tensorboard::SessionLog::START);
+    write_record(restart.SerializeAsString());
+  }
+}
+
+EventWriter::~EventWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void EventWriter::add_scalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t step,
+                              double wall_time) {
+  zeroshard::tensorboard::Event event;
+  event.set_wall_time(wall_time >= 0 ? wall_time : now_seconds());
+  event.set_step(step);
+  auto* summary = event.mutable_summary();
+  for (const auto& [tag, value] : scalars) {
+    auto* v = summary->add_value();
+    v->set_tag(tag);
+    v->set_simple_value(static_cast<float>(value));
+  }
+  write_record(event.SerializeAsString());
+}
+
+void EventWriter::write_record(const std::string& data) {
+  std::string header;
+  put_le(header, data.size(), 8);
+  const uint32_t header_crc = masked_crc32c(header.data(), header.size());
+  std::string record = header;
+  put_le(record, header_crc, 4);
+  record += data;
+  put_le(record, masked_crc32c(data.data(), data.size()), 4);
+  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size() || std::fflush(file_) != 0) {
+    throw std::runtime_error("tensorboard: cannot write '" + path_ + "': " + std::strerror(errno));
+  }
+}
+
+std::pair<int64_t, std::vector<std::pair<std::string, double>>> metrics_scalars(const nlohmann::json& line) {
+  if (!line.is_object() || !line.contains("step") || !line["step"].is_number_integer()) {
+    throw std::invalid_argument("tensorboard: a metrics line needs an integer \"step\": " + line.dump().substr(0, 80));
+  }
+  std::vector<std::pair<std::string, double>> out;
+  auto add = [&out](const std::string& tag, const nlohmann::json& v) {
+    if (v.is_boolean()) out.emplace_back(tag, v.get<bool>() ? 1.0 : 0.0);
+    else if (v.is_number()) out.emplace_back(tag, v.get<double>());
+  };
+  for (const auto& [key, value] : line.items()) {
+    if (key == "step") continue;
+    if (key == "ranks" && value.is_array()) {
+      for (const auto& entry : value) {
+        if (!entry.is_object() || !entry.contains("rank")) continue;
+        const std::string prefix = "ranks/" + entry["rank"].dump() + "/";
+        for (const auto& [k, v] : entry.items()) {
+          if (k != "rank") add(prefix + k, v);
+        }
+      }
+    } else {
+      add(key, value);
+    }
+  }
+  return {line["step"].get<int64_t>(), out};
+}
+
+}  // namespace zeroshard::io

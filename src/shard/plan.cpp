@@ -1,0 +1,148 @@
+#include "shard/plan.h"
+
+#include "shard/bucket.h"
+#include "shard/layout.h"
+#include "shard/strategy_plan.h"
+#include "shard/unit.h"
+
+#include <algorithm>
+
+namespace zeroshard::shard {
+
+namespace {
+
+// One flat buffer as FlatParam lays it out over the shard group.
+struct Buffer {
+  ShardLayout layout;
+  bool trainable = false;
+  bool sharded = false;  // gathered for use, freed after
+};
+
+// Bytes a ring all-gather / reduce-scatter sends from each of S ranks for a chunk of
+// `chunk_elems` elements per rank; an all-reduce of n elements pads to chunks of ceil(n / S).
+int64_t ring_bytes(int ranks, int64_t chunk_elems, int64_t elem_size) {
+  return static_cast<int64_t>(ranks - 1) * chunk_elems * elem_size;
+}
+int64_t all_reduce_bytes(int ranks, int64_t n, int64_t elem_size) {
+  return 2 * ring_bytes(ranks, (n + ranks - 1) / ranks, elem_size);
+}
+
+}  // namespace
+
+ModelPlan plan_model(const std::shared_ptr<torch::nn::Module>& module, const ShardOptions& options, int world_size,
+                     int64_t micro_batches) {
+  const StrategyPlan plan = StrategyPlan::make(options, world_size);
+  const int S = plan.shard_ranks, R = plan.replicas;
+  const int64_t ce = static_cast<int64_t>(c10::elementSize(options.param_dtype));   // compute dtype
+  const int64_t re = static_cast<int64_t>(c10::elementSize(options.reduce_dtype));  // reduce dtype
+  const bool mixed = options.param_dtype != at::kFloat;
+  const WrapPolicy policy = options.wrap_policy ? options.wrap_policy : wrap_every_hookable();
+  const std::vector<UnitParams> assigned = assign_units(module, policy);
+
+  ModelPlan out;
+  StrategyCost& c = out.cost;
+  c.strategy = plan.strategy;
+  c.shard_ranks = S;
+  c.replicas = R;
+  // Per unit, in the engine's order: its buffers (trainable first, as the engine builds them).
+  std::vector<std::vector<Buffer>> unit_buffers;
+  for (const auto& u : assigned) {
+    PlannedUnit pu;
+    pu.name = u.name;
+    std::vector<Buffer> buffers;
+    for (const auto* slots : {&u.trainable, &u.frozen}) {
+      if (slots->empty()) continue;
+      int64_t numel = 0;
+      for (const auto& s : *slots) numel += s.param.numel();
+      Buffer b;
+      b.layout = ShardLayout(numel, S);
+      b.trainable = slots == &u.trainable;
+      b.sharded = plan.shards_buffer(numel);
+      (b.trainable ? pu.trainable_numel : pu.frozen_numel) = numel;
+      pu.gathered_bytes += b.layout.padded * ce;
+      pu.sharded = pu.sharded || b.sharded;
+      buffers.push_back(b);
+    }
+    out.num_params += pu.trainable_numel + pu.frozen_numel;
+    out.num_trainable += pu.trainable_numel;
+    c.largest_unit_bytes = std::max(c.largest_unit_bytes, pu.gathered_bytes);
+    out.units.push_back(pu);
+    unit_buffers.push_back(std::move(buffers));
+  }
+
+  // Resident model states (FlatParam::resident_bytes, GradReducer::resident_bytes, the AdamW
+  // moments shaped like the masters the optimizer updates).
+  for (const auto& buffers : unit_buffers) {
+    for (const Buffer& b : buffers) {
+      const int64_t shard = b.layout.shard_size, padded = b.layout.padded;
+      const bool full_master = b.trainable && plan.full_master && !b.sharded;
+      if (b.sharded) c.params_bytes += shard * 4;
+      else if (!mixed) c.params_bytes += padded * 4;
+      else c.params_bytes += padded * ce + (full_master ? padded * 4 : shard * 4);
+      if (!b.trainable) continue;
+      c.grads_bytes += (plan.shard_grads ? shard : padded) * 4;
+      c.optim_bytes += 2 * (plan.full_master ? padded : shard) * 4;
+    }
+  }
+
+  // Gathered at once under optim_grads_params: the root (kept from its forward through its
+  // backward) and a window of consecutive units.
+  const int64_t root_gathered = out.units.empty() || !out.units[0].sharded ? 0 : out.units[0].gathered_bytes;
+  const size_t window = options.prefetch ? static_cast<size_t>(std::max(1, options.max_live_units)) : 2;
+  int64_t widest = 0;
+  for (size_t i = 1; i < out.units.size(); ++i) {
+    int64_t sum = 0;
+    for (size_t j = i; j < out.units.size() && j < i + window; ++j) sum += out.units[j].sharded ? out.units[j].gathered_bytes : 0;
+    widest = std::max(widest, sum);
+  }
+  c.gathered_peak_bytes = plan.shard_params ? root_gathered + widest : 0;
+
+  // One step's collectives, per rank.
+  std::vector<int64_t> reduce_order;  // trainable buffers' shard sizes in the order backward reduces them
+  for (size_t u = unit_buffers.size(); u-- > 0;) {
+    const auto& buffers = unit_buffers[u];
+    const bool has_trainable = std::any_of(buffers.begin(), buffers.end(), [](const Buffer& b) { return b.trainable; });
+    for (const Buffer& b : buffers) {
+      const int64_t shard = b.layout.shard_size;
+      if (b.sharded) {
+        // Forward gathers every sharded buffer; backward gathers a non-root unit again when
+        // it trains (the root stays gathered from its forward through its backward).
+        const int gathers = 1 + (u != 0 && has_trainable ? 1 : 0);
+        c.comm_param_gather_bytes += micro_batches * gathers * ring_bytes(S, shard, ce);
+      }
+      if (!b.trainable) continue;
+      reduce_order.push_back(shard);
+      c.comm_reduce_bytes += micro_batches * ring_bytes(S, shard, re);
+      if (plan.gather_reduced_grads) c.comm_grad_gather_bytes += ring_bytes(S, shard, 4);
+      // Replicated parameters (optim, optim_grads, persistent buffers) get every rank's
+      // updated masters after the step; no_shard updates its full masters itself.
+      if (!b.sharded && !plan.full_master) c.comm_publish_bytes += ring_bytes(S, shard, ce);
+    }
+  }
+  if (R > 1) {
+    // Hybrid: each reduce-scatter's result (a bucket of shards) is all-reduced over the copies.
+    BucketPlanner planner(options.reduce_bucket_bytes);
+    int64_t open = 0;
+    int64_t per_micro = 0;
+    for (int64_t shard : reduce_order) {
+      const BucketPlanner::Decision d = planner.add(shard * S * re);
+      if (d.issue_before && open > 0) {
+        per_micro += all_reduce_bytes(R, open, re);
+        open = 0;
+      }
+      open += shard;
+      if (d.issue_after) {
+        per_micro += all_reduce_bytes(R, open, re);
+        open = 0;
+      }
+    }
+    if (open > 0) per_micro += all_reduce_bytes(R, open, re);
+    c.comm_reduce_bytes += micro_batches * per_micro;
+  }
+  // The trainer's loss all-gather over the job and the norm's partial sums over a shard group
+  // (one float64 per rank each).
+  c.comm_scalar_bytes = ring_bytes(world_size, 1, 8) + ring_bytes(S, 1, 8);
+  return out;
+}
+
+}  // namespace zeroshard::shard
