@@ -27,5 +27,6 @@ Command add_config(CLI::App& app);
 Command add_report(CLI::App& app);
 Command add_reference_check(CLI::App& app);
 Command add_prepare(CLI::App& app);
+Command add_tokenize(CLI::App& app);
 
 }  // namespace zeroshard::cli

@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_train(app),  add_prepare(app), add_sample(app),
                                          add_export(app), add_inspect(app), add_config(app),
-                                         add_report(app), add_reference_check(app)};
+                                         add_report(app), add_reference_check(app), add_tokenize(app)};
   CLI11_PARSE(app, argc, argv);
   const char* rank_env = std::getenv("RANK");
   const std::string who = rank_env ? std::string(" (rank ") + rank_env + ")" : std::string();
