@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -69,14 +70,22 @@ std::string prepare(const train::TrainConfig& cfg, const RendezvousInfo& rdv) {
     std::ofstream(part + ".report.json") << r.to_json().dump() << "\n";
   } catch (const std::exception& e) {
     error = e.what();
+    if (error.empty()) error = "prepare: rank " + std::to_string(rank) + " failed without a message";
   }
   // Every rank learns whether any failed (a rank that threw alone would leave the others waiting).
   at::Tensor failed = at::empty({world}, at::kLong);
   comm->all_gather(at::tensor({static_cast<int64_t>(error.empty() ? 0 : 1)}, at::kLong), failed);
   for (int r = 0; r < world; ++r) {
     if (failed[r].item<int64_t>() == 0) continue;
-    if (!error.empty()) throw std::invalid_argument(error);
-    throw std::runtime_error("prepare: rank " + std::to_string(r) + " failed (its error is printed above)");
+    // The first failing rank's message goes to every rank, so whichever rank the launcher
+    // reports names the bad record (file:line), not just "another rank failed".
+    at::Tensor size = at::tensor({static_cast<int64_t>(error.size())}, at::kLong);
+    comm->broadcast(size, r);
+    at::Tensor bytes = at::zeros({size.item<int64_t>()}, at::kByte);
+    if (rank == r) std::memcpy(bytes.data_ptr<uint8_t>(), error.data(), error.size());
+    comm->broadcast(bytes, r);
+    const std::string message(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
+    throw std::invalid_argument(rank == r ? message : message + " (rank " + std::to_string(r) + ")");
   }
   std::string text;
   if (rank == 0) {

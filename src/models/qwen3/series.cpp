@@ -253,6 +253,12 @@ Series make_series(bool moe) {
                     "on prepared text or chat corpora";
   s.make_config = [moe] { return std::make_unique<QwenSeriesConfig>(moe); };
   s.make_task = make_task;
+  // Wrap policy: one unit per decoder layer (model.layers.N); the root keeps the embedding, the
+  // final norm and the (tied) lm_head.
+  s.is_unit = [](const std::string& name) {
+    const std::string prefix = "model.layers.";
+    return name.compare(0, prefix.size(), prefix) == 0 && name.find('.', prefix.size()) == std::string::npos;
+  };
   s.sample = generate;
   s.prepare = prepare;
   s.export_hf = export_hf;
