@@ -5,6 +5,8 @@
 #include "checkpoint/peft.h"
 #include "cli/command.h"
 #include "models/series.h"
+#include "sample/sample.h"
+#include "train/config.h"
 
 #include <cstdio>
 
@@ -12,7 +14,7 @@ namespace zeroshard::cli {
 
 Command add_export(CLI::App& app) {
   struct Args {
-    std::string from, out, dtype = "fp32", state = "param";
+    std::string from, out, dtype = "fp32", state = "param", format = "safetensors";
     double max_file_mb = 0;
     bool trainable_only = false, merge_lora = false, peft = false;
   };
@@ -21,7 +23,11 @@ Command add_export(CLI::App& app) {
                                  "Write a checkpoint's weights (or AdamW moments) as safetensors: one file, or several "
                                  "plus an index (streamed, no ranks); or a LoRA run's adapters as a PEFT adapter");
   sub->add_option("checkpoint", a->from, "A checkpoint folder, checkpoints folder or run folder")->required();
-  sub->add_option("output", a->out, "The .safetensors file to write (--peft: the adapter folder)")->required();
+  sub->add_option("output", a->out, "The .safetensors file to write (--format hf, --peft: the folder)")->required();
+  sub->add_option("--format", a->format,
+                  "safetensors (our names, one file or --max-file-mb parts) or hf (a Hugging Face model folder: "
+                  "config.json, sharded safetensors + index, generation_config.json, tokenizer files)")
+      ->check(CLI::IsMember({"safetensors", "hf"}));
   sub->add_option("--dtype", a->dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   sub->add_option("--max-file-mb", a->max_file_mb,
                   "Split into files of at most this many MiB plus OUTPUT.index.json (0: one file)")
@@ -37,6 +43,26 @@ Command add_export(CLI::App& app) {
       ->check(CLI::IsMember({"param", "exp_avg", "exp_avg_sq"}));
   return {sub, [a] {
             const std::string dir = ckpt::resolve_checkpoint(a->from);
+            if (a->format == "hf") {
+              if (a->state != "param" || a->trainable_only || a->peft || a->merge_lora) {
+                throw std::invalid_argument("export --format hf writes the model's weights (a LoRA run's adapters merged "
+                                            "in); --state, --trainable-only, --peft and --merge-lora apply to --format safetensors");
+              }
+              ckpt::Checkpoint ck(dir);
+              const train::TrainConfig cfg = sample::model_config_of(ck);
+              const models::Series& series = models::find_series(cfg.series);
+              if (!series.export_hf) {
+                throw std::invalid_argument(dir + ": model.series " + cfg.series + " has no Hugging Face folder form");
+              }
+              models::HfExportOptions o;
+              o.out_dir = a->out;
+              o.dtype = a->dtype;
+              o.max_shard_bytes = static_cast<uint64_t>(a->max_file_mb * 1024 * 1024);
+              const auto files = series.export_hf(ck, cfg, o);
+              std::printf("exported %s as a Hugging Face folder (%s):\n", dir.c_str(), a->dtype.c_str());
+              for (const auto& f : files) std::printf("  %s\n", f.c_str());
+              return 0;
+            }
             const at::ScalarType dtype = a->dtype == "bf16" ? at::kBFloat16 : at::kFloat;
             std::vector<std::string> files;
             if (a->peft) {

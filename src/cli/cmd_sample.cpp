@@ -15,6 +15,7 @@ Command add_sample(CLI::App& app) {
     sample::SampleOptions o;
     int nproc = 1;
     bool no_cache = false;
+    std::string thinking;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
@@ -33,6 +34,12 @@ Command add_sample(CLI::App& app) {
                   "Sharding of the weights while sampling: no_shard, optim, optim_grads, optim_grads_params");
   sub->add_option("--nproc", a->nproc, "Ranks to shard the model over")->check(CLI::Range(1, 1024));
   sub->add_flag("--no-cache", a->no_cache, "Recompute the whole sequence for every token (no KV cache)");
+  sub->add_flag("--chat", o.chat, "Tokenizer LMs: the prompt is a user turn of the chat template; generation stops at "
+                                  "the end of the answer");
+  sub->add_option("--system", o.system, "With --chat: a system message before the prompt");
+  sub->add_option("--thinking", a->thinking, "With --chat: on (default) or off (the empty think block of Qwen3's "
+                                             "enable_thinking=False)")
+      ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--out", o.out, "The file to write (default: in the run folder)");
   sub->add_option("--clips", o.clips, "Images / clips to generate or reconstruct")->check(CLI::Range(1, 1024));
   sub->add_option("--first-clip", o.first_clip, "Generated scene index of the first held-out one");
@@ -41,6 +48,7 @@ Command add_sample(CLI::App& app) {
                   "VAE frames per chunk (0: whole clip; default: the run's vae.chunk_frames)");
   return {sub, [a] {
             a->o.kv_cache = !a->no_cache;
+            if (!a->thinking.empty()) a->o.enable_thinking = a->thinking == "on";
             parse_strategy(a->o.strategy);  // fails before any rank starts
             return launch_or_run(a->nproc, {}, [a](const RendezvousInfo& rdv) {
               util::set_compute_threads(

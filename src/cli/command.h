@@ -28,5 +28,6 @@ Command add_report(CLI::App& app);
 Command add_reference_check(CLI::App& app);
 Command add_prepare(CLI::App& app);
 Command add_plan(CLI::App& app);
+Command add_tokenize(CLI::App& app);
 
 }  // namespace zeroshard::cli

@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_train(app),  add_prepare(app), add_sample(app),
                                          add_export(app), add_inspect(app), add_config(app),
-                                         add_report(app), add_reference_check(app), add_plan(app)};
+                                         add_report(app), add_reference_check(app), add_plan(app),
+                                         add_tokenize(app)};
   CLI11_PARSE(app, argc, argv);
   try {
     for (const auto& c : commands) {

@@ -26,6 +26,13 @@ class Task;
 
 namespace zeroshard::models {
 
+// `zeroshard export --format hf`: where and how to write a Hugging Face model folder.
+struct HfExportOptions {
+  std::string out_dir;
+  std::string dtype = "fp32";        // fp32 | bf16 (the fp32 masters rounded to nearest even)
+  uint64_t max_shard_bytes = 0;      // per safetensors file; 0: 5 GB (transformers' default)
+};
+
 struct Series {
   std::string name;     // the model.series value
   std::string summary;  // one line for `zeroshard train --help` and errors
@@ -45,6 +52,11 @@ struct Series {
   // a pipeline's frozen towers once into a conditioning cache that training then reads without
   // them). Returns what rank 0 prints. Empty: nothing to prepare.
   std::function<std::string(const train::TrainConfig&, const RendezvousInfo&)> prepare;
+  // `zeroshard export --format hf`: the checkpoint as a Hugging Face folder (config.json, sharded
+  // safetensors + index, generation_config.json, the tokenizer files); returns the files
+  // written. Empty: the series has no Hugging Face form. cfg is the checkpoint's model.
+  std::function<std::vector<std::string>(ckpt::Checkpoint&, const train::TrainConfig&, const HfExportOptions&)>
+      export_hf;
   // reference-check kinds of the models in this folder.
   std::vector<reference::ReferenceKind> reference_kinds;
   bool supports_lora = false;

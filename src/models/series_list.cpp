@@ -3,7 +3,7 @@
 #include "models/flux/series.h"
 #include "models/flux2/reference.h"
 #include "models/llama/series.h"
-#include "models/qwen3/reference.h"
+#include "models/qwen3/series.h"
 #include "models/qwen_image/reference.h"
 #include "models/series.h"
 #include "models/t5/reference.h"
@@ -23,6 +23,8 @@ const std::vector<Series>& all_series() {
       vae_series(),
       flux_series(),
       wan_series(),
+      qwen3::qwen3_series(),
+      qwen3::qwen3_moe_series(),
   };
   return series;
 }
@@ -47,7 +49,6 @@ const std::vector<ReferenceKind>& reference_kinds() {
     std::vector<ReferenceKind> all;
     auto add = [&all](const std::vector<ReferenceKind>& more) { all.insert(all.end(), more.begin(), more.end()); };
     for (const auto& s : models::all_series()) add(s.reference_kinds);
-    add(models::qwen3::reference_kinds());
     add(models::t5::reference_kinds());
     add(models::wan::reference_kinds());
     add(models::flux::reference_kinds());

@@ -116,14 +116,19 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
        << "<h1>zeroshard report</h1>\n";
 
   html << "<section id=\"runs\"><h2>Runs</h2><table><tr><th>run</th><th>folder</th><th>strategy</th><th>W</th><th>steps</th>"
-       << "<th>final loss</th><th>median step (s)</th><th>median tokens/s</th><th>parameters</th></tr>\n";
+       << "<th>final loss</th><th>last validation loss</th><th>median step (s)</th><th>median tokens/s</th>"
+       << "<th>parameters</th></tr>\n";
   for (size_t i = 0; i < runs.size(); ++i) {
     const auto& r = runs[i];
     char step_time[32];
     std::snprintf(step_time, sizeof(step_time), "%.3f", median_of(r.metrics, "step_time_s"));
+    std::string val = "-";
+    for (const auto& m : r.metrics) {
+      if (m.contains("val_loss") && m["val_loss"].is_number()) val = m["val_loss"].dump();
+    }
     html << "<tr><td>" << i + 1 << "</td><td>" << escape(r.dir) << "</td><td>" << escape(r.strategy) << "</td><td>"
          << r.world_size << "</td><td>" << r.metrics.back().at("step").get<int64_t>() << "</td><td>"
-         << r.metrics.back().at("loss").dump() << "</td><td>" << step_time << "</td><td>"
+         << r.metrics.back().at("loss").dump() << "</td><td>" << val << "</td><td>" << step_time << "</td><td>"
          << static_cast<int64_t>(median_of(r.metrics, "tokens_per_s")) << "</td><td>" << r.num_params << "</td></tr>\n";
   }
   html << "</table></section>\n";
@@ -137,6 +142,21 @@ void write_report(const std::vector<std::string>& run_dirs, const std::string& o
        << "<p class=\"note\">Each run has its own color and dash pattern, the first drawn widest: runs with identical "
           "losses (e.g. the four strategies at one world size) show as one curve with every color visible.</p>"
           "</section>\n";
+
+  // Validation loss (train.eval_every) of the runs that have one.
+  std::vector<Series> val;
+  for (const auto& r : runs) {
+    Series v = series_of(r, "val_loss");
+    if (!v.points.empty()) val.push_back(v);
+  }
+  if (!val.empty()) {
+    LineChartOptions vo;
+    vo.x_label = "step";
+    vo.y_label = "validation loss";
+    html << "<section id=\"val-loss\"><h2>Validation loss</h2>\n" << line_chart(val, vo)
+         << "<p class=\"note\">Mean loss over the held-out validation tokens (data.valid_fraction), every "
+            "train.eval_every steps and after the last one.</p></section>\n";
+  }
 
   std::vector<Bar> time_bars;
   for (size_t i = 0; i < runs.size(); ++i) {

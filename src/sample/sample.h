@@ -8,6 +8,7 @@
 #include "zeroshard/shard.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace zeroshard::ckpt {
@@ -28,6 +29,10 @@ struct SampleOptions {
   uint64_t seed = 1;
   std::string strategy = "optim_grads_params";
   bool kv_cache = true;        // false: recompute the whole sequence for every token
+  // Tokenizer LMs (qwen3): the prompt as a user turn of the chat template, answered by the model.
+  bool chat = false;
+  std::string system;          // a system message before it (chat)
+  std::optional<bool> enable_thinking;  // chat: false adds the empty <think></think> block
   // Image and video series.
   std::string out;             // the PNG to write (default: <run folder>/<series' name>.png)
   int64_t clips = 4;           // clips to reconstruct / images to generate

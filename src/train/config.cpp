@@ -62,6 +62,8 @@ ConfigKeys config_keys(TrainConfig& c) {
   k.add_bool("train.activation_checkpointing", &t.activation_checkpointing,
              "recompute each unit in backward instead of keeping its activations");
   k.add_int("train.log_every", &t.log_every, 1, big, "steps between progress lines");
+  k.add_int("train.eval_every", &t.eval_every, 0, big,
+            "steps between validation losses (and after the last step), on the series' held-out data; 0: off");
   k.add_int("train.save_every", &t.save_every, 0, big, "steps between checkpoints; 0: only the final one");
   k.add_int("train.keep_last", &t.keep_last, 0, big, "checkpoints kept (newest); 0: all");
   k.add_bool("train.save_final", &t.save_final, "save after the last step");
@@ -466,7 +468,9 @@ std::vector<std::string> model_overrides(const nlohmann::json& saved) {
   for (const char* k : {"lora.rank", "lora.alpha", "lora.targets", "data.seed"}) names.push_back(k);
   for (const auto& name : names) {
     std::string v;
-    if (!util::ends_with(name, "_from") && saved_value(saved, name, &v)) out.push_back(name + "=" + v);
+    // Where the first values came from (model.init_from, model.from_hf) is not the model.
+    const bool source = util::ends_with(name, "_from") || name.find(".from_") != std::string::npos;
+    if (!source && saved_value(saved, name, &v)) out.push_back(name + "=" + v);
   }
   return out;
 }

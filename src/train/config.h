@@ -68,6 +68,7 @@ struct TrainSection {
   int64_t seed = 1234;
   bool activation_checkpointing = false;
   int64_t log_every = 10;
+  int64_t eval_every = 0;  // steps between validation evaluations (and after the last); 0: off
   // Checkpoints (<run_dir>/checkpoints/step_<N>/, see src/checkpoint/checkpoint.h).
   int64_t save_every = 0;  // optimizer steps between saves; 0 = only the final save
   int64_t keep_last = 0;   // keep this many newest checkpoints; 0 = all

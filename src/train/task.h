@@ -46,6 +46,18 @@ class Task {
     (void)comm;
     return nlohmann::json::object();
   }
+  // Whether the series holds out validation data (train.eval_every needs it).
+  virtual bool has_validation() const { return false; }
+  // The validation figures (train.eval_every), e.g. {"val_loss": ...}, the same on every rank: a
+  // collective every rank runs after the same step (forwards without gradients through the
+  // sharded module). They go into that step's metrics.jsonl line.
+  virtual nlohmann::json evaluate(Communicator& comm) {
+    (void)comm;
+    return nlohmann::json::object();
+  }
+  // What the task found in its data (sizes, splits, truncations): logged by every rank, printed
+  // by rank 0 at the start of training.
+  virtual std::vector<std::string> notes() const { return {}; }
   // Linear layers that got LoRA adapters (empty without lora.rank).
   const std::vector<std::string>& adapted() const { return adapted_; }
 

@@ -153,6 +153,8 @@ struct Trainer::Impl {
   std::vector<double> step_times;
   Clock::time_point job_start;
   float last_loss = 0.0f;
+  StepMetrics pending;  // the step's metrics line, written after evaluate() adds its figures
+  nlohmann::json last_eval;
   int64_t skipped_steps = 0, stopped_at = 0, last_saved = -1, current_step = 0;
   int stop_requested = 0;
 
@@ -171,14 +173,18 @@ struct Trainer::Impl {
     const int64_t steps = cfg.train.steps;
     const double elapsed = std::chrono::duration<double>(Clock::now() - job_start).count();
     const double eta = elapsed / static_cast<double>(m.step - start_step) * static_cast<double>(steps - m.step);
-    char text[320];
+    char text[384];
+    char val[48] = "";
+    if (m.series.is_object() && m.series.contains("val_loss")) {
+      std::snprintf(val, sizeof(val), " | val %.4f", m.series["val_loss"].get<double>());
+    }
     // As torchtitan logs it: the model's FLOP/s per rank and their share of the peak (MFU).
     char flops[96] = "";
     if (m.tflops_per_rank > 0) {
       std::snprintf(flops, sizeof(flops), " | %.3g TFLOP/s/rank | MFU %.1f%%", m.tflops_per_rank, 100.0 * m.mfu);
     }
-    std::snprintf(text, sizeof(text), "step %lld/%lld | loss %.4f | %s %s/s%s | %.3f s/step | ETA %.0fs",
-                  static_cast<long long>(m.step), static_cast<long long>(steps), static_cast<double>(m.loss),
+    std::snprintf(text, sizeof(text), "step %lld/%lld | loss %.4f%s | %s %s/s%s | %.3f s/step | ETA %.0fs",
+                  static_cast<long long>(m.step), static_cast<long long>(steps), static_cast<double>(m.loss), val,
                   human_count(m.throughput).c_str(), task->item_name() == "tokens" ? "tok" : task->item_name().c_str(),
                   flops, m.step_time_s, eta);
     if (cfg.run.progress && tty) {
@@ -281,6 +287,14 @@ void Trainer::setup() {
     s.log->line("LoRA: rank " + std::to_string(cfg.lora.rank) + " adapters on " +
                 std::to_string(s.task->adapted().size()) + " Linear layers (" + cfg.lora.targets +
                 "); every other parameter frozen");
+  }
+  for (const std::string& note : s.task->notes()) {
+    s.log->line(note);
+    if (s.rank == 0 && cfg.run.progress) std::printf("%s\n", note.c_str());
+  }
+  if (cfg.train.eval_every > 0 && !s.task->has_validation()) {
+    throw std::invalid_argument("train.eval_every=" + std::to_string(cfg.train.eval_every) + ": model.series " +
+                                cfg.series + " holds out no validation data here (qwen3: set data.valid_fraction)");
   }
   ShardOptions shard = shard_options(cfg);
   const Task* task = s.task.get();
@@ -460,6 +474,32 @@ bool Trainer::step(int64_t step) {
   s.comm->all_gather(at::tensor(mine, at::kLong), all);
   for (int r = 0; r < s.world; ++r) m.ranks.push_back(RankFigures::unpack(all.data_ptr<int64_t>() + r * n));
   for (int r = 0; r < s.world && s.stop_requested == 0; ++r) s.stop_requested = static_cast<int>(m.ranks[r].stop_signal);
+  if (step % cfg.train.log_every == 0 || step == cfg.train.steps) {
+    s.log->line("step " + std::to_string(step) + " loss " + exact_float(m.loss) + " grad_norm " +
+                std::to_string(m.grad_norm));
+  }
+  s.check_memory("step " + std::to_string(step));
+  s.pending = std::move(m);  // written by evaluate(), with the validation figures when due
+  return s.stop_requested == 0;
+}
+
+void Trainer::evaluate(int64_t step) {
+  Impl& s = *impl_;
+  const TrainConfig& cfg = s.cfg;
+  StepMetrics& m = s.pending;
+  const int64_t every = cfg.train.eval_every;
+  // Every eval_every steps, after the last step, and after the step a signal stops the run at.
+  if (every > 0 && (step % every == 0 || step == cfg.train.steps || s.stop_requested != 0)) {
+    const auto t0 = Clock::now();
+    const nlohmann::json figures = s.task->evaluate(*s.comm);
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (!m.series.is_object()) m.series = nlohmann::json::object();
+    for (const auto& [k, v] : figures.items()) m.series[k] = v;
+    m.series["eval_time_s"] = seconds;
+    s.last_eval = figures;
+    s.last_eval["step"] = step;
+    s.log->line("step " + std::to_string(step) + " validation " + figures.dump() + " in " + std::to_string(seconds) + " s");
+  }
   if (s.rank == 0) {
     const nlohmann::json line = m.to_json();
     s.metrics->write(line);
@@ -469,15 +509,7 @@ bool Trainer::step(int64_t step) {
     }
     s.print_progress(m);
   }
-  if (step % cfg.train.log_every == 0 || step == cfg.train.steps) {
-    s.log->line("step " + std::to_string(step) + " loss " + exact_float(m.loss) + " grad_norm " +
-                std::to_string(m.grad_norm));
-  }
-  s.check_memory("step " + std::to_string(step));
-  return s.stop_requested == 0;
 }
-
-void Trainer::evaluate(int64_t step) { (void)step; }
 
 void Trainer::save(int64_t step) {
   Impl& s = *impl_;
@@ -544,6 +576,7 @@ int Trainer::finish() {
                               {s.throughput_key, per_s},
                               {"num_params", m.num_params},
                               {"largest_unit_bytes", m.largest_unit_bytes}};
+    if (!s.last_eval.is_null()) summary["last_validation"] = s.last_eval;
     std::ofstream(s.run_dir + "/summary.json") << summary.dump(2) << "\n";
     if (s.step_times.empty()) {
       std::printf("done: nothing to train (resumed at step %lld of %lld); run dir %s\n",

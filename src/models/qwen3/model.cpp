@@ -1,5 +1,6 @@
 #include "models/qwen3/model.h"
 
+#include "nn/attention.h"
 #include "nn/init.h"
 #include "nn/matmul.h"
 #include "nn/norms.h"
@@ -21,8 +22,8 @@ AttentionImpl::AttentionImpl(const QwenConfig& c)
   v_proj = register_module("v_proj", nn::Linear(D, kv_heads_ * head_dim_, c.qkv_bias));
   o_proj = register_module("o_proj", nn::Linear(heads_ * head_dim_, D, c.o_bias));
   if (c.qk_norm) {
-    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
-    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+    q_norm = register_module("q_norm", nn::RMSNorm(head_dim_, c.rms_norm_eps));
+    k_norm = register_module("k_norm", nn::RMSNorm(head_dim_, c.rms_norm_eps));
   }
 }
 
@@ -50,8 +51,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext&
     ck = k;
     cv = v;
   }
-  // GQA: KV head j serves query heads j*g .. j*g + g - 1 (repeat_kv); scale head_dim^-0.5.
-  const auto out = attend(q, k, v, ctx.attention);
+  // GQA: KV head j serves query heads j*g .. j*g + g - 1. transformers' eager attention: repeat_kv,
+  // scores * head_dim^-0.5, masked scores at the lowest
+  // finite value (finfo.min), softmax in float32 (float64 for float64), probabilities cast back.
+  const auto out = nn::attention(q, k, v, ctx.attention);
   return o_proj(out.transpose(1, 2).reshape({B, S, heads_ * head_dim_}));
 }
 
@@ -113,8 +116,8 @@ DecoderLayerImpl::DecoderLayerImpl(const QwenConfig& c, int64_t index) : index_(
   } else {
     mlp = register_module("mlp", MLP(c.hidden_size, c.intermediate_size));
   }
-  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  input_layernorm = register_module("input_layernorm", nn::RMSNorm(c.hidden_size, c.rms_norm_eps));
+  post_attention_layernorm = register_module("post_attention_layernorm", nn::RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
 
 std::vector<torch::Tensor> DecoderLayerImpl::forward(const torch::Tensor& hidden, const LayerContext& ctx) {
@@ -133,7 +136,7 @@ QwenModelImpl::QwenModelImpl(const QwenConfig& c) {
   embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, c.pad_token_id));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i));
-  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  norm = register_module("norm", nn::RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
 
 QwenForCausalLMImpl::QwenForCausalLMImpl(const QwenConfig& c, bool lm_head_wanted)
@@ -150,8 +153,8 @@ QwenForCausalLMImpl::QwenForCausalLMImpl(const QwenConfig& c, bool lm_head_wante
 }
 
 LayerContext QwenForCausalLMImpl::make_context(const torch::Tensor& ids, const torch::Tensor& mask,
-                                               const torch::Tensor& positions, const torch::Tensor& like,
-                                               KVCache* cache) const {
+                                               const torch::Tensor& positions, const torch::Tensor& segments,
+                                               const torch::Tensor& like, KVCache* cache) const {
   TORCH_CHECK(ids.dim() == 2, "qwen: input_ids must be [batch, seq], got ", ids.sizes());
   const int64_t B = ids.size(0), S = ids.size(1), past = cache == nullptr ? 0 : cache->length;
   LayerContext ctx;
@@ -161,6 +164,13 @@ LayerContext QwenForCausalLMImpl::make_context(const torch::Tensor& ids, const t
     TORCH_CHECK(mask.dim() == 2 && mask.size(0) == B && mask.size(1) == past + S, "qwen: attention_mask must be [", B,
                 ", ", past + S, "] (cached + new tokens), got ", mask.sizes());
     ctx.attention.key_padding = mask.to(torch::kBool);
+  }
+  if (segments.defined()) {
+    TORCH_CHECK(cache == nullptr, "qwen: segment_ids (packed sequences) are not supported with a KV cache");
+    TORCH_CHECK(segments.dim() == 2 && segments.size(0) == B && segments.size(1) == S, "qwen: segment_ids must be [", B,
+                ", ", S, "], got ", segments.sizes());
+    ctx.attention.query_segments = segments;
+    ctx.attention.key_segments = segments;
   }
   torch::Tensor pos = positions;
   if (!pos.defined()) {
@@ -180,7 +190,7 @@ LayerContext QwenForCausalLMImpl::make_context(const torch::Tensor& ids, const t
 
 Output QwenForCausalLMImpl::forward(const Inputs& inputs, KVCache* cache) {
   const auto out = call_hooked(
-      {inputs.input_ids, inputs.attention_mask, inputs.position_ids},
+      {inputs.input_ids, inputs.attention_mask, inputs.position_ids, inputs.segment_ids},
       [this, cache](const std::vector<torch::Tensor>& in) -> std::vector<torch::Tensor> {
         const int64_t L = static_cast<int64_t>(model->layers->size());
         if (cache != nullptr) {
@@ -188,7 +198,7 @@ Output QwenForCausalLMImpl::forward(const Inputs& inputs, KVCache* cache) {
           cache->values.resize(static_cast<size_t>(L));
         }
         auto h = model->embed_tokens(in[0]);
-        const LayerContext ctx = make_context(in[0], in[1], in[2], h, cache);
+        const LayerContext ctx = make_context(in[0], in[1], in[2], in[3], h, cache);
         std::vector<torch::Tensor> result(2);
         for (int64_t i = 0; i < L; ++i) {
           auto outs = model->layers[static_cast<size_t>(i)]->as<DecoderLayerImpl>()->forward(h, ctx);
@@ -224,11 +234,11 @@ std::vector<torch::Tensor> QwenForCausalLMImpl::hidden_states(const Inputs& inpu
   }
   if (wanted.empty()) return {};
   const int64_t last = *std::max_element(wanted.begin(), wanted.end());
-  return call_hooked({inputs.input_ids, inputs.attention_mask, inputs.position_ids},
+  return call_hooked({inputs.input_ids, inputs.attention_mask, inputs.position_ids, inputs.segment_ids},
                      [this, wanted, last, L](const std::vector<torch::Tensor>& in) {
                        std::vector<torch::Tensor> states;  // states[i]: after i layers
                        auto h = model->embed_tokens(in[0]);
-                       const LayerContext ctx = make_context(in[0], in[1], in[2], h, nullptr);
+                       const LayerContext ctx = make_context(in[0], in[1], in[2], in[3], h, nullptr);
                        states.push_back(h);
                        for (int64_t i = 0; i < std::min(last, L); ++i) {
                          h = model->layers[static_cast<size_t>(i)]->as<DecoderLayerImpl>()->forward(h, ctx)[0];

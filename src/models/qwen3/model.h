@@ -19,6 +19,7 @@
 
 #include "models/qwen3/config.h"
 #include "models/qwen3/layers.h"
+#include "nn/attention.h"
 #include "nn/layers.h"
 #include "nn/rope.h"
 #include "zeroshard/nn/hookable.h"
@@ -51,7 +52,7 @@ class AttentionImpl : public torch::nn::Module {
   explicit AttentionImpl(const QwenConfig& c);
   torch::Tensor forward(const torch::Tensor& x, const LayerContext& ctx, int64_t layer);
   nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only
+  nn::RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
@@ -97,7 +98,7 @@ class DecoderLayerImpl : public nn::HookableModule {
   std::vector<torch::Tensor> forward(const torch::Tensor& hidden, const LayerContext& ctx);
   bool routed() const { return !moe.is_empty(); }
 
-  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  nn::RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
   MLP mlp{nullptr};             // dense layers ("mlp")
   SparseMoeBlock moe{nullptr};  // routed layers (registered as "mlp" too)
@@ -113,7 +114,7 @@ class QwenModelImpl : public torch::nn::Module {
   explicit QwenModelImpl(const QwenConfig& c);
   Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
-  RMSNorm norm{nullptr};
+  nn::RMSNorm norm{nullptr};
 };
 TORCH_MODULE(QwenModel);
 
@@ -139,6 +140,10 @@ struct Inputs {
   // cache_position). Qwen-Image passes cumsum(mask) - 1; Qwen2.5-VL's 3-row (t, h, w) positions
   // are equal rows for text, i.e. these.
   torch::Tensor position_ids;
+  // [B, S] int64 or undefined: packed sequences (several conversations in one row). A query sees
+  // only keys of its own segment (on top of causality), as transformers' packing with per-sequence
+  // position_ids does through flash-attention's varlen kernels. Not with a cache.
+  torch::Tensor segment_ids;
 };
 
 struct Output {
@@ -181,7 +186,7 @@ class QwenForCausalLMImpl : public nn::HookableModule {
 
  private:
   LayerContext make_context(const torch::Tensor& ids, const torch::Tensor& mask, const torch::Tensor& positions,
-                            const torch::Tensor& like, KVCache* cache) const;
+                            const torch::Tensor& segments, const torch::Tensor& like, KVCache* cache) const;
   QwenConfig config_;
   bool has_lm_head_;
 };
