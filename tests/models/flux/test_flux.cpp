@@ -196,7 +196,7 @@ TEST(Flux, ConfigErrorsNameTheKey) {
   expect_error({"flux.n_heads=3"}, "must give a head size that is a multiple of 4");
   expect_error({"flux.patch_size=3"}, "flux.patch_size (3) must divide the latent size 8");
   expect_error({"flux.vae_from=/nonexistent.safetensors"}, "flux.vae_from: file '/nonexistent.safetensors' does not exist");
-  expect_error({"data.frames=4"}, "data.frames=4 applies to model.series: vae, wan, not flux");
+  expect_error({"data.frames=4"}, "data.frames=4 applies to model.series: vae, not flux");
   try {
     train::load_config("", {"flux.dim=64"});
     ADD_FAILURE() << "flux keys under llama must be rejected";

@@ -178,7 +178,7 @@ TEST(Vae, KeysOfAnotherSeriesAndBadShapesAreRejected) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_error({"vae.z_channels=8"}, "vae.z_channels=8 applies to model.series: vae, flux, wan, not llama");
+  expect_error({"vae.z_channels=8"}, "vae.z_channels=8 applies to model.series: vae, flux, not llama");
   expect_error({"model.series=vae", "model.dim=64"}, "model.dim=64 applies to model.series: llama, moe, not vae");
   expect_error({"model.series=vae", "data.source=system_text"}, "data.source: 'system_text' is not allowed");
   expect_error({"model.series=vae", "data.source=shapes", "vae.temporal_down=true"},
