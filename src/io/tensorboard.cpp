@@ -1,10 +1,11 @@
 #include "io/tensorboard.h"
 
+#include "util/crc32.h"
+
 #include "tensorboard_event.pb.h"
 
 #include <unistd.h>
 
-#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -15,26 +16,6 @@ namespace zeroshard::io {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Slicing-by-8 tables: table[k][b] is the CRC of byte b followed by k zero bytes.
-struct Crc32cTables {
-  std::array<std::array<uint32_t, 256>, 8> t{};
-  Crc32cTables() {
-    for (uint32_t b = 0; b < 256; ++b) {
-      uint32_t c = b;
-      for (int i = 0; i < 8; ++i) c = (c & 1) ? (0x82F63B78u ^ (c >> 1)) : (c >> 1);
-      t[0][b] = c;
-    }
-    for (uint32_t b = 0; b < 256; ++b) {
-      for (int k = 1; k < 8; ++k) t[k][b] = (t[k - 1][b] >> 8) ^ t[0][t[k - 1][b] & 0xff];
-    }
-  }
-};
-
-const Crc32cTables& crc_tables() {
-  static const Crc32cTables tables;
-  return tables;
-}
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -52,26 +33,8 @@ std::string hostname() {
 
 }  // namespace
 
-uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
-  const auto& t = crc_tables().t;
-  const auto* p = static_cast<const unsigned char*>(data);
-  crc = ~crc;
-  while (n >= 8) {
-    uint32_t lo = 0, hi = 0;
-    std::memcpy(&lo, p, 4);
-    std::memcpy(&hi, p + 4, 4);
-    lo ^= crc;  // little-endian hosts only (x86-64, aarch64)
-    crc = t[7][lo & 0xff] ^ t[6][(lo >> 8) & 0xff] ^ t[5][(lo >> 16) & 0xff] ^ t[4][lo >> 24] ^ t[3][hi & 0xff] ^
-          t[2][(hi >> 8) & 0xff] ^ t[1][(hi >> 16) & 0xff] ^ t[0][hi >> 24];
-    p += 8;
-    n -= 8;
-  }
-  while (n-- > 0) crc = t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
-  return ~crc;
-}
-
 uint32_t masked_crc32c(const void* data, size_t n) {
-  const uint32_t crc = crc32c(data, n);
+  const uint32_t crc = util::crc32c(data, n);
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 

@@ -17,9 +17,7 @@
 
 namespace zeroshard::io {
 
-// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), as TFRecord uses it.
-uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);
-// TFRecord's masking: rotate right by 15 bits, add 0xa282ead8.
+// TFRecord's masking of a CRC-32C (util::crc32c): rotate right by 15 bits, add 0xa282ead8.
 uint32_t masked_crc32c(const void* data, size_t n);
 
 class EventWriter {

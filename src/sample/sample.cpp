@@ -4,10 +4,38 @@
 #include "models/series.h"
 #include "train/config.h"
 
+#include <torch/torch.h>
+
 #include <filesystem>
+#include <limits>
 #include <stdexcept>
 
 namespace zeroshard::sample {
+
+void check_token_options(const SampleOptions& o) {
+  if (o.tokens < 1) throw std::invalid_argument("--tokens must be >= 1, got " + std::to_string(o.tokens));
+  if (o.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
+  if (o.top_k < 0) throw std::invalid_argument("--top-k must be >= 0");
+}
+
+int64_t draw_next_token(const at::Tensor& logits, const SampleOptions& o, at::Generator& gen, Communicator& comm) {
+  at::Tensor next = at::zeros({1}, at::kLong);
+  if (comm.rank() == 0) {
+    at::Tensor last = logits[0][-1].to(at::kFloat);
+    if (o.temperature == 0.0) {
+      next.fill_(last.argmax().item<int64_t>());
+    } else {
+      at::Tensor scaled = last / o.temperature;
+      if (o.top_k > 0 && o.top_k < scaled.numel()) {
+        const double kth = std::get<0>(scaled.topk(o.top_k)).min().item<double>();
+        scaled = scaled.masked_fill(scaled < kth, -std::numeric_limits<float>::infinity());
+      }
+      next.fill_(at::multinomial(torch::softmax(scaled, -1), 1, false, gen).item<int64_t>());
+    }
+  }
+  comm.broadcast(next, 0);  // every rank continues with rank 0's token
+  return next.item<int64_t>();
+}
 
 train::TrainConfig model_config_of(const ckpt::Checkpoint& ck) {
   const nlohmann::json& cfg = ck.config();

@@ -52,6 +52,14 @@ train::TrainConfig model_config_of(const ckpt::Checkpoint& ck);
 // --strategy, parameters from the checkpoint.
 ShardOptions sampling_shard_options(const train::TrainConfig& cfg, const SampleOptions& o, ckpt::Checkpoint& ck);
 
+// The language-model series' token options: --tokens >= 1, --temperature >= 0, --top-k >= 0.
+void check_token_options(const SampleOptions& o);
+
+// The next token of a continuation, the same on every rank: rank 0 draws it from the last
+// position of `logits` ([1, T, vocab]) — argmax at temperature 0, else a multinomial draw from
+// `gen` over softmax(logits / temperature) restricted to the top-k — and broadcasts it.
+int64_t draw_next_token(const at::Tensor& logits, const SampleOptions& o, at::Generator& gen, Communicator& comm);
+
 // `out` if given, else <the run folder of ck>/<name> (ck itself when it is not inside a run).
 std::string output_path(const ckpt::Checkpoint& ck, const std::string& out, const std::string& name);
 

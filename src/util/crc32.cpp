@@ -7,13 +7,15 @@ namespace zeroshard::util {
 
 namespace {
 
-// Slicing-by-8 tables: table[k][b] is the CRC of byte b followed by k zero bytes.
+// Slicing-by-8 tables of a reflected polynomial: table[k][b] is the CRC of byte b followed by k
+// zero bytes.
+template <uint32_t Poly>
 struct Tables {
   std::array<std::array<uint32_t, 256>, 8> t{};
   Tables() {
     for (uint32_t b = 0; b < 256; ++b) {
       uint32_t c = b;
-      for (int i = 0; i < 8; ++i) c = (c & 1) ? (0xEDB88320u ^ (c >> 1)) : (c >> 1);
+      for (int i = 0; i < 8; ++i) c = (c & 1) ? (Poly ^ (c >> 1)) : (c >> 1);
       t[0][b] = c;
     }
     for (uint32_t b = 0; b < 256; ++b) {
@@ -22,15 +24,10 @@ struct Tables {
   }
 };
 
-const Tables& tables() {
-  static const Tables tables;
-  return tables;
-}
-
-}  // namespace
-
-uint32_t crc32(const void* data, size_t n, uint32_t crc) {
-  const auto& t = tables().t;
+template <uint32_t Poly>
+uint32_t update(const void* data, size_t n, uint32_t crc) {
+  static const Tables<Poly> tables;
+  const auto& t = tables.t;
   const auto* p = static_cast<const unsigned char*>(data);
   crc = ~crc;
   while (n >= 8) {
@@ -46,5 +43,11 @@ uint32_t crc32(const void* data, size_t n, uint32_t crc) {
   while (n-- > 0) crc = t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
   return ~crc;
 }
+
+}  // namespace
+
+uint32_t crc32(const void* data, size_t n, uint32_t crc) { return update<0xEDB88320u>(data, n, crc); }
+
+uint32_t crc32c(const void* data, size_t n, uint32_t crc) { return update<0x82F63B78u>(data, n, crc); }
 
 }  // namespace zeroshard::util

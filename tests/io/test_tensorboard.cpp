@@ -2,6 +2,7 @@
 // (tests/io/read_tfevents.py: its own bitwise CRC-32C, Debian's python3-protobuf on code that
 // protoc generates here), and the same reader failing on files with a planted fault.
 #include "io/tensorboard.h"
+#include "util/crc32.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -71,15 +72,15 @@ void spill(const std::string& path, const std::string& bytes) { std::ofstream(pa
 
 TEST(Crc32c, KnownValues) {
   // The check value of the CRC catalogue and RFC 3720's test patterns (B.4).
-  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(util::crc32c("123456789", 9), 0xE3069283u);
   const std::string zeros(32, '\0'), ones(32, '\xff');
-  EXPECT_EQ(crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);
-  EXPECT_EQ(crc32c(ones.data(), ones.size()), 0x62A8AB43u);
+  EXPECT_EQ(util::crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);
+  EXPECT_EQ(util::crc32c(ones.data(), ones.size()), 0x62A8AB43u);
   std::string inc(32, '\0');
   for (int i = 0; i < 32; ++i) inc[i] = static_cast<char>(i);
-  EXPECT_EQ(crc32c(inc.data(), inc.size()), 0x46DD794Eu);
+  EXPECT_EQ(util::crc32c(inc.data(), inc.size()), 0x46DD794Eu);
   // Incremental use gives the same CRC as one call.
-  EXPECT_EQ(crc32c(inc.data() + 5, 27, crc32c(inc.data(), 5)), 0x46DD794Eu);
+  EXPECT_EQ(util::crc32c(inc.data() + 5, 27, util::crc32c(inc.data(), 5)), 0x46DD794Eu);
 }
 
 TEST(EventWriter, PythonReaderSeesWhatWasWritten) {

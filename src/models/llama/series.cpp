@@ -204,9 +204,7 @@ class LanguageModelTask : public train::Task {
 // broadcasts it. Returns the prompt followed by the generated text (on every rank).
 std::string generate_text(const sample::SampleOptions& o, ckpt::Checkpoint& ck, const train::TrainConfig& cfg,
                           const RendezvousInfo& rdv) {
-  if (o.tokens < 1) throw std::invalid_argument("--tokens must be >= 1, got " + std::to_string(o.tokens));
-  if (o.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
-  if (o.top_k < 0) throw std::invalid_argument("--top-k must be >= 0");
+  sample::check_token_options(o);
   if (o.prompt.empty()) throw std::invalid_argument("--prompt must not be empty (the model needs a first token)");
   const LlamaConfig& lc = cfg.series_config<LlamaSeriesConfig>().llama;
   const auto prompt = data::ByteTokenizer::encode(o.prompt);
@@ -226,24 +224,10 @@ std::string generate_text(const sample::SampleOptions& o, ckpt::Checkpoint& ck, 
   auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
   at::Tensor logits = model->forward(torch::tensor(seq, torch::kLong).unsqueeze(0), o.kv_cache ? &cache : nullptr);
   for (int64_t i = 0; i < o.tokens; ++i) {
-    at::Tensor next = at::zeros({1}, at::kLong);
-    if (comm->rank() == 0) {
-      at::Tensor last = logits[0][-1].to(at::kFloat);
-      if (o.temperature == 0.0) {
-        next.fill_(last.argmax().item<int64_t>());
-      } else {
-        at::Tensor scaled = last / o.temperature;
-        if (o.top_k > 0 && o.top_k < scaled.numel()) {
-          const double kth = std::get<0>(scaled.topk(o.top_k)).min().item<double>();
-          scaled = scaled.masked_fill(scaled < kth, -std::numeric_limits<float>::infinity());
-        }
-        next.fill_(at::multinomial(torch::softmax(scaled, -1), 1, false, gen).item<int64_t>());
-      }
-    }
-    comm->broadcast(next, 0);  // every rank continues with rank 0's token
-    seq.push_back(next.item<int64_t>());
+    const int64_t id = sample::draw_next_token(logits, o, gen, *comm);
+    seq.push_back(id);
     if (i + 1 == o.tokens) break;
-    logits = o.kv_cache ? model->forward(next.view({1, 1}), &cache)
+    logits = o.kv_cache ? model->forward(at::full({1, 1}, id, at::kLong), &cache)
                         : model->forward(torch::tensor(seq, torch::kLong).unsqueeze(0));
   }
   return data::ByteTokenizer::decode(seq);

@@ -20,9 +20,7 @@ namespace zeroshard::models::qwen3 {
 
 std::string generate(const sample::SampleOptions& o, ckpt::Checkpoint& ck, const train::TrainConfig& cfg,
                      const RendezvousInfo& rdv) {
-  if (o.tokens < 1) throw std::invalid_argument("--tokens must be >= 1, got " + std::to_string(o.tokens));
-  if (o.temperature < 0) throw std::invalid_argument("--temperature must be >= 0");
-  if (o.top_k < 0) throw std::invalid_argument("--top-k must be >= 0");
+  sample::check_token_options(o);
   const QwenConfig config = cfg.series_config<QwenSeriesConfig>().qwen();
   const std::string tokenizer_json = tokenizer_path_of(cfg);
   if (tokenizer_json.empty()) {
@@ -78,22 +76,7 @@ std::string generate(const sample::SampleOptions& o, ckpt::Checkpoint& ck, const
   };
   at::Tensor logits = forward(seq, o.kv_cache ? &cache : nullptr);
   for (int64_t i = 0; i < o.tokens; ++i) {
-    at::Tensor next = at::zeros({1}, at::kLong);
-    if (comm->rank() == 0) {
-      at::Tensor last = logits[0][-1].to(at::kFloat);
-      if (o.temperature == 0.0) {
-        next.fill_(last.argmax().item<int64_t>());
-      } else {
-        at::Tensor scaled = last / o.temperature;
-        if (o.top_k > 0 && o.top_k < scaled.numel()) {
-          const double kth = std::get<0>(scaled.topk(o.top_k)).min().item<double>();
-          scaled = scaled.masked_fill(scaled < kth, -std::numeric_limits<float>::infinity());
-        }
-        next.fill_(at::multinomial(torch::softmax(scaled, -1), 1, false, gen).item<int64_t>());
-      }
-    }
-    comm->broadcast(next, 0);  // every rank continues with rank 0's token
-    const int64_t id = next.item<int64_t>();
+    const int64_t id = sample::draw_next_token(logits, o, gen, *comm);
     seq.push_back(id);
     generated.push_back(static_cast<int32_t>(id));
     if (stop.count(id) || i + 1 == o.tokens) break;
