@@ -82,10 +82,15 @@ struct MatmulViaFp32 : torch::autograd::Function<MatmulViaFp32> {
   }
 };
 
-struct Conv3dViaFp32 : torch::autograd::Function<Conv3dViaFp32> {
+// Conv2d and Conv3d (the image and video VAEs, patch embeddings): the spatial rank follows the
+// weight; dilation 1, one group.
+struct ConvViaFp32 : torch::autograd::Function<ConvViaFp32> {
   static at::Tensor run(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::IntArrayRef stride,
                         at::IntArrayRef padding) {
-    return at::conv3d(widen(x), widen(w), widen(b), stride, padding).to(x.scalar_type());
+    const std::vector<int64_t> ones(stride.size(), 1), zeros(stride.size(), 0);
+    return at::convolution(widen(x), widen(w), widen(b), stride, padding, ones, /*transposed=*/false, zeros,
+                           /*groups=*/1)
+        .to(x.scalar_type());
   }
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                                std::vector<int64_t> stride, std::vector<int64_t> padding) {
@@ -99,42 +104,13 @@ struct Conv3dViaFp32 : torch::autograd::Function<Conv3dViaFp32> {
     const at::Tensor &x = saved[0], &w = saved[1], b = bias_of(saved[2]);
     const std::vector<int64_t> stride = ctx->saved_data["stride"].toIntVector();
     const std::vector<int64_t> padding = ctx->saved_data["padding"].toIntVector();
+    const std::vector<int64_t> ones(stride.size(), 1), zeros(stride.size(), 0);
     const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
                                       b.defined() && ctx->needs_input_grad(2)};
     const std::vector<int64_t> bias_sizes = {w.size(0)};
     auto [gx, gw, gb] = at::convolution_backward(widen(grads[0]), widen(x), widen(w),
                                                  b.defined() ? at::OptionalIntArrayRef(bias_sizes) : c10::nullopt,
-                                                 stride, padding, {1, 1, 1}, /*transposed=*/false, {0, 0, 0},
-                                                 /*groups=*/1, mask);
-    return {mask[0] ? narrow_to(gx, x) : at::Tensor(), mask[1] ? narrow_to(gw, w) : at::Tensor(),
-            mask[2] ? narrow_to(gb, b) : at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
-// The 2-D twin of Conv3dViaFp32 (the image VAEs).
-struct Conv2dViaFp32 : torch::autograd::Function<Conv2dViaFp32> {
-  static at::Tensor run(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::IntArrayRef stride,
-                        at::IntArrayRef padding) {
-    return at::conv2d(widen(x), widen(w), widen(b), stride, padding).to(x.scalar_type());
-  }
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
-                               std::vector<int64_t> stride, std::vector<int64_t> padding) {
-    ctx->save_for_backward({x, w, b});
-    ctx->saved_data["stride"] = stride;
-    ctx->saved_data["padding"] = padding;
-    return {run(x, w, bias_of(b), stride, padding)};
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &w = saved[1], b = bias_of(saved[2]);
-    const std::vector<int64_t> stride = ctx->saved_data["stride"].toIntVector();
-    const std::vector<int64_t> padding = ctx->saved_data["padding"].toIntVector();
-    const std::array<bool, 3> mask = {ctx->needs_input_grad(0), ctx->needs_input_grad(1),
-                                      b.defined() && ctx->needs_input_grad(2)};
-    const std::vector<int64_t> bias_sizes = {w.size(0)};
-    auto [gx, gw, gb] = at::convolution_backward(widen(grads[0]), widen(x), widen(w),
-                                                 b.defined() ? at::OptionalIntArrayRef(bias_sizes) : c10::nullopt,
-                                                 stride, padding, {1, 1}, /*transposed=*/false, {0, 0},
+                                                 stride, padding, ones, /*transposed=*/false, zeros,
                                                  /*groups=*/1, mask);
     return {mask[0] ? narrow_to(gx, x) : at::Tensor(), mask[1] ? narrow_to(gw, w) : at::Tensor(),
             mask[2] ? narrow_to(gb, b) : at::Tensor(), at::Tensor(), at::Tensor()};
@@ -205,16 +181,16 @@ at::Tensor conv3d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
                   std::array<int64_t, 3> padding) {
   const std::vector<int64_t> s(stride.begin(), stride.end()), p(padding.begin(), padding.end());
   if (!via_fp32(x, w)) return at::conv3d(x, w, b, s, p);
-  if (!builds_graph({x, w, b})) return Conv3dViaFp32::run(x, w, b, s, p);
-  return Conv3dViaFp32::apply(x, w, bias_arg(b, w), s, p)[0];
+  if (!builds_graph({x, w, b})) return ConvViaFp32::run(x, w, b, s, p);
+  return ConvViaFp32::apply(x, w, bias_arg(b, w), s, p)[0];
 }
 
 at::Tensor conv2d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, std::array<int64_t, 2> stride,
                   std::array<int64_t, 2> padding) {
   const std::vector<int64_t> s(stride.begin(), stride.end()), p(padding.begin(), padding.end());
   if (!via_fp32(x, w)) return at::conv2d(x, w, b, s, p);
-  if (!builds_graph({x, w, b})) return Conv2dViaFp32::run(x, w, b, s, p);
-  return Conv2dViaFp32::apply(x, w, bias_arg(b, w), s, p)[0];
+  if (!builds_graph({x, w, b})) return ConvViaFp32::run(x, w, b, s, p);
+  return ConvViaFp32::apply(x, w, bias_arg(b, w), s, p)[0];
 }
 
 }  // namespace zeroshard::nn

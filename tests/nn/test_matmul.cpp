@@ -86,6 +86,9 @@ TEST(Bf16Matmul, ViaFp32GradientsMatchFp32Autograd) {
   check({bf16_randn({1, 4, 3, 8, 8}, 18), bf16_randn({6, 4, 3, 3, 3}, 19), bf16_randn({6}, 20)},
         [](const std::vector<torch::Tensor>& t) { return nn::conv3d(t[0], t[1], t[2], {1, 2, 2}, {0, 1, 1}); },
         "conv3d");
+  check({bf16_randn({2, 4, 9, 9}, 23), bf16_randn({6, 4, 3, 3}, 24), bf16_randn({6}, 25)},
+        [](const std::vector<torch::Tensor>& t) { return nn::conv2d(t[0], t[1], t[2], {2, 2}, {1, 1}); },
+        "conv2d");
 }
 
 TEST(Bf16Matmul, ViaFp32KeepsOnlyTheBf16OperandsForBackward) {
