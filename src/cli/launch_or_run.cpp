@@ -12,18 +12,6 @@ namespace zeroshard::cli {
 namespace {
 std::vector<std::string> g_args;
 
-RendezvousInfo rendezvous_of(const comm::LaunchEnv& e) {
-  RendezvousInfo info;
-  info.rank = e.rank;
-  info.world_size = e.world_size;
-  info.local_rank = e.local_rank;
-  info.local_world_size = e.local_world_size;
-  info.master_addr = e.store_host;
-  info.master_port = e.store_port;
-  info.file_store_path = e.store_file;
-  return info;
-}
-
 // --nproc N > 1 in a process that is the job's only one: it starts the N ranks itself.
 bool launches_local(int nproc) { return nproc > 1 && launch_env().world_size == 1; }
 }  // namespace
@@ -60,7 +48,7 @@ int launch_or_run(int nproc, const std::vector<std::string>& extra_args,
     lo.argv.insert(lo.argv.end(), extra_args.begin(), extra_args.end());
     return launch_local(lo);
   }
-  return body(rendezvous_of(env));
+  return body(RendezvousInfo::from_env());  // the same launch environment, as a rendezvous
 }
 
 }  // namespace zeroshard::cli
