@@ -2,10 +2,11 @@
 # Installs the Debian 12 packages zeroshard needs; a no-op when all are present.
 set -euo pipefail
 PKGS=(build-essential cmake ccache libtorch-dev libgloo-dev libyaml-cpp-dev libcli11-dev
-      nlohmann-json3-dev libgtest-dev libbenchmark-dev libopenblas0-pthread python3-torch chromium
+      nlohmann-json3-dev libgtest-dev libbenchmark-dev libopenblas0-pthread libopenblas0-openmp python3-torch chromium
       iproute2 pkg-config libpcre2-dev libicu-dev libsentencepiece-dev sentencepiece
       libjpeg-dev libpng-dev libwebp-dev libavformat-dev libavcodec-dev libswscale-dev libavutil-dev ffmpeg
       python3-pil python3-torchvision python3-pandas libprotobuf-dev protobuf-compiler)
+# libopenblas0-openmp: loaded instead of the pthreads build at run time (src/cli/thread_env.h);
 # iproute2: `ip netns` for the two-host tests; sentencepiece: spm_train for the tokenizer tests;
 # ffmpeg, python3-pil/-torchvision/-pandas: the media tests' reference decoders;
 # libprotobuf-dev, protobuf-compiler: TensorBoard event files (src/io/tensorboard_event.proto)

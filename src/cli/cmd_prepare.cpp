@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <thread>
 
 namespace zeroshard::cli {
 
@@ -34,8 +33,7 @@ Command add_prepare(CLI::App& app) {
                                           "it reads or generates itself)");
             }
             return launch_or_run(a->nproc, {}, [&](const RendezvousInfo& rdv) {
-              util::set_compute_threads(
-                  std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, rdv.local_world_size)));
+              util::set_compute_threads(util::default_compute_threads(rdv.local_world_size));
               const std::string text = series.prepare(cfg, rdv);
               if (rdv.rank == 0) std::printf("%s\n", text.c_str());
               return 0;

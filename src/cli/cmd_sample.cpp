@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <thread>
 
 namespace zeroshard::cli {
 
@@ -51,8 +50,7 @@ Command add_sample(CLI::App& app) {
             if (!a->thinking.empty()) a->o.enable_thinking = a->thinking == "on";
             parse_strategy(a->o.strategy);  // fails before any rank starts
             return launch_or_run(a->nproc, {}, [a](const RendezvousInfo& rdv) {
-              util::set_compute_threads(
-                  std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, rdv.local_world_size)));
+              util::set_compute_threads(util::default_compute_threads(rdv.local_world_size));
               const std::string text = sample::run_sample(a->o, rdv);
               if (rdv.rank == 0) std::printf("%s\n", text.c_str());
               return 0;

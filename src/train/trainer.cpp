@@ -29,7 +29,6 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 namespace zeroshard::train {
 
@@ -211,7 +210,7 @@ void Trainer::setup() {
   apply_world_size(cfg, s.rdv.world_size, s.rdv.local_world_size);
   s.threads = cfg.parallel.threads > 0
                   ? static_cast<int>(cfg.parallel.threads)
-                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, s.rdv.local_world_size));
+                  : util::default_compute_threads(s.rdv.local_world_size);
   util::set_compute_threads(s.threads);
   util::track_tensor_memory();  // the per-step activation and peak figures
   nn::set_bf16_matmul(bf16_matmul_mode(cfg.mixed_precision.bf16_matmul));
@@ -266,6 +265,7 @@ void Trainer::setup() {
   if (!cleared.empty()) s.log->line("run.overwrite: removed the earlier run's " + cleared);
   s.log->line("start: world_size=" + std::to_string(s.world) + " strategy=" + strategy_name(cfg.parallel.strategy) +
               " threads=" + std::to_string(s.threads) + " backend=" + s.comm->backend_name() +
+              " blas=" + util::blas_description() +
               (s.resume ? " resume_from=" + s.resume->dir() : std::string()));
   if (cfg.mixed_precision.param_dtype == DType::BF16) {
     const ConfigKeys keys = config_keys(cfg);

@@ -97,6 +97,36 @@ TEST(Cli, JoinsAJobFromTheEnvironment) {
   EXPECT_EQ(lines, 3);
 }
 
+// Under contention the pthreads build of OpenBLAS loses scheduler slices to busy processes
+// (src/cli/thread_env.h): where Debian's OpenMP build is installed beside it, `zeroshard`
+// re-executes itself with that build loaded; ZEROSHARD_THREAD_ENV=0 keeps the system's choice.
+TEST(Cli, LoadsTheOpenMpBuildOfOpenBlasWhereInstalled) {
+  bool openmp_installed = false;
+  for (const char* dir : {"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu"}) {
+    openmp_installed |= std::ifstream(std::string(dir) + "/openblas-openmp/libopenblas.so.0").good();
+  }
+  if (!openmp_installed) GTEST_SKIP() << "libopenblas0-openmp is not installed (scripts/install_deps.sh installs it)";
+  auto start_line = [](const std::string& env, const std::string& name) {
+    const auto dir = make_temp_dir(name);
+    std::string out;
+    const int code = run_command(env + std::string(ZS_BINARY) + " train --nproc 1" + kSmallModel +
+                                     " --set train.steps=1 --set train.save_final=false --set run.dir=" + dir,
+                                 &out);
+    EXPECT_EQ(code, 0) << out;
+    std::istringstream log(read_text(dir + "/rank0.log"));
+    std::string line;
+    while (std::getline(log, line)) {
+      if (line.find("start: ") != std::string::npos) return line;
+    }
+    return std::string("no start line in ") + dir + "/rank0.log";
+  };
+  const std::string chosen = start_line("", "blas");
+  EXPECT_NE(chosen.find(" blas=OpenBLAS "), std::string::npos) << chosen;
+  EXPECT_NE(chosen.find("(OpenMP)"), std::string::npos) << chosen;
+  const std::string system = start_line("ZEROSHARD_THREAD_ENV=0 ", "blas-system");
+  EXPECT_EQ(system.find("(OpenMP)"), std::string::npos) << "the opt-out must keep the system's build: " << system;
+}
+
 TEST(Examples, CustomModelLearnsAloneAndAsThreeRanks) {
   std::string out;
   EXPECT_EQ(run_command(ZS_EXAMPLE, &out), 0) << out;
