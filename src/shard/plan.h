@@ -24,8 +24,9 @@
 // before the next step starts). So a step measures comm_bytes() - comm_deferred_bytes plus
 // whole ring steps of the deferred collectives, one comm_deferred_chunk_bytes each, up to
 // S - 1 per collective — checked exactly, rank by rank, for all four strategies at 2 and 3
-// ranks with accumulation (tests/train/test_user_formats.py plan), as are params/grads/optim
-// bytes and the gathered peak (within 1 %).
+// ranks with accumulation, and ZeRO-3 in bf16 with a replicated (persistent) root
+// (tests/train/test_user_formats.py plan), as are params/grads/optim bytes and the gathered
+// peak (within 1 %).
 #pragma once
 
 #include "zeroshard/shard.h"
