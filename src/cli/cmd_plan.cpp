@@ -76,7 +76,9 @@ Command add_plan(CLI::App& app) {
                                          {"comm_reduce_bytes", c.comm_reduce_bytes},
                                          {"comm_grad_gather_bytes", c.comm_grad_gather_bytes},
                                          {"comm_publish_bytes", c.comm_publish_bytes},
-                                         {"comm_scalar_bytes", c.comm_scalar_bytes}});
+                                         {"comm_scalar_bytes", c.comm_scalar_bytes},
+                                         {"comm_deferred_bytes", c.comm_deferred_bytes},
+                                         {"comm_deferred_chunk_bytes", c.comm_deferred_chunk_bytes}});
             }
             j["num_params"] = first.num_params;
             j["num_trainable"] = first.num_trainable;

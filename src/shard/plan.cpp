@@ -109,16 +109,27 @@ ModelPlan plan_model(const std::shared_ptr<torch::nn::Module>& module, const Sha
         // it trains (the root stays gathered from its forward through its backward).
         const int gathers = 1 + (u != 0 && has_trainable ? 1 : 0);
         c.comm_param_gather_bytes += micro_batches * gathers * ring_bytes(S, shard, ce);
+        // The first micro-batch's forward gathers of the root and of the first max_live_units
+        // units (the recorded call order: the engine's, each unit once) are prefetched at the
+        // end of the optimizer step (ShardedModel::Impl::after_optimizer_step).
+        if (options.prefetch && (u == 0 || u <= static_cast<size_t>(std::max(1, options.max_live_units)))) {
+          c.comm_deferred_chunk_bytes.push_back(shard * ce);
+        }
       }
       if (!b.trainable) continue;
       reduce_order.push_back(shard);
       c.comm_reduce_bytes += micro_batches * ring_bytes(S, shard, re);
       if (plan.gather_reduced_grads) c.comm_grad_gather_bytes += ring_bytes(S, shard, 4);
       // Replicated parameters (optim, optim_grads, persistent buffers) get every rank's
-      // updated masters after the step; no_shard updates its full masters itself.
-      if (!b.sharded && !plan.full_master) c.comm_publish_bytes += ring_bytes(S, shard, ce);
+      // updated masters after the step (after_buffer_update, not waited: the next forward
+      // waits); no_shard updates its full masters itself.
+      if (!b.sharded && !plan.full_master) {
+        c.comm_publish_bytes += ring_bytes(S, shard, ce);
+        c.comm_deferred_chunk_bytes.push_back(shard * ce);
+      }
     }
   }
+  for (int64_t chunk : c.comm_deferred_chunk_bytes) c.comm_deferred_bytes += ring_bytes(S, chunk, 1);
   if (R > 1) {
     // Hybrid: each reduce-scatter's result (a bucket of shards) is all-reduced over the copies.
     BucketPlanner planner(options.reduce_bucket_bytes);
