@@ -2,17 +2,22 @@
 // `prepare` + `train --nproc 2` work from the repository root with the file's own paths (the
 // example conversations in examples/data, the tiny tokenizer) and only the output folders moved
 // to a temporary directory. Packing is checked against the same run without it: the same
-// conversations, more assistant (target) tokens per step when several share a sequence.
+// conversations, more assistant (target) tokens per step when several share a sequence. The
+// series' model FLOPs (the TFLOP/s and MFU figures) are checked against a count of the model's
+// own weight matrices.
+#include "models/qwen3/model.h"
 #include "models/qwen3/series.h"
 #include "support/spawn.h"
 #include "support/train_run.h"
 #include "train/config.h"
+#include "zeroshard/nn/deferred.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 using namespace zeroshard;
 using namespace zeroshard::testing;
@@ -89,6 +94,33 @@ TEST(Qwen3ChatConfig, PreparesAndTrainsOnAssistantTokensWithPacking) {
   }
   // Learning: the loss of the last step below the first (lr 2e-3 from a random init).
   EXPECT_LT(packed.metrics.back()["loss"].get<double>(), packed.metrics.front()["loss"].get<double>());
+
+  // Model FLOPs per token, as torchtitan counts them: 6 per weight of every matrix a token goes
+  // through (chat.yaml's model ties its embedding: that matrix once, as the output projection),
+  // plus 12 * layers * heads * head_dim * seq_len for the attention scores and values. Counted
+  // here from the parameter shapes of the model the config builds; tflops_per_rank is that
+  // times tokens/s over the 2 ranks.
+  const auto& series = cfg.series_config<models::qwen3::QwenSeriesConfig>();
+  const models::qwen3::QwenConfig q = series.qwen();
+  ASSERT_TRUE(q.tie_word_embeddings) << "the count below assumes a tied embedding";
+  double matrix_weights = 0;
+  {
+    nn::DeferredInit deferred;
+    models::qwen3::QwenForCausalLM model(q, /*lm_head=*/true);
+    std::set<const void*> seen;  // the tied head registers the embedding's tensor a second time
+    for (const auto& p : model->named_parameters(/*recurse=*/true)) {
+      if (p.value().dim() != 2 || !seen.insert(p.value().unsafeGetTensorImpl()).second) continue;
+      matrix_weights += static_cast<double>(p.value().numel());
+    }
+  }
+  const double per_token = 6.0 * matrix_weights + 12.0 * static_cast<double>(q.num_hidden_layers * q.num_attention_heads *
+                                                                             q.head_dim * series.seq_len);
+  for (const auto& m : packed.metrics) {
+    ASSERT_TRUE(m.contains("tflops_per_rank") && m.contains("mfu")) << m.dump();
+    const double want = per_token * m["tokens_per_s"].get<double>() / 2.0 / 1e12;
+    EXPECT_NEAR(m["tflops_per_rank"].get<double>(), want, 1e-9 * want) << m.dump();
+    EXPECT_GT(m["mfu"].get<double>(), 0.0) << m.dump();
+  }
 
   const TrainRun single = train_chat(data, "--set data.packing=false", "qwen3_chat_single");
   ASSERT_EQ(single.exit_code, 0) << single.output;
