@@ -72,6 +72,38 @@ class QwenTask : public train::Task {
   double items_per_step() const override { return static_cast<double>(global_batch() * series_.seq_len); }
   std::string item_name() const override { return "tokens"; }
 
+  // Model FLOPs per token as the llama series counts them (torchtitan's convention): 6 per weight
+  // of every Linear a token goes through (forward 2, backward 4) — q/k/v/o with the explicit
+  // head_dim, the SwiGLU or the router plus top_k experts on routed layers, the output
+  // projection (tied or not) — plus 12 * layers * heads * head_dim * seq_len for the attention
+  // scores and values (the full T x T products). Norms, RoPE and biases are not counted. LoRA:
+  // frozen weights 4 (forward and the input gradient), adapters 6 (experts' as often as their
+  // expert runs). Every position counts, padding of chat sequences included.
+  double flops_per_item() const override {
+    const QwenConfig& c = config_;
+    const double H = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
+    const double nh = static_cast<double>(c.num_attention_heads), nkv = static_cast<double>(c.num_key_value_heads);
+    const double attn = H * nh * d + 2.0 * H * nkv * d + nh * d * H;
+    double weights = static_cast<double>(c.vocab_size) * H;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const double ffn = c.is_moe_layer(l) ? H * static_cast<double>(c.num_experts) +
+                                                 static_cast<double>(c.num_experts_per_tok) * 3.0 * H *
+                                                     static_cast<double>(c.moe_intermediate_size)
+                                           : 3.0 * H * static_cast<double>(c.intermediate_size);
+      weights += attn + ffn;
+    }
+    const double scores = 12.0 * static_cast<double>(c.num_hidden_layers) * nh * d * static_cast<double>(series_.seq_len);
+    if (cfg_.lora.rank == 0) return 6.0 * weights + scores;
+    double adapters = 0.0;
+    for (const auto& p : model_->named_parameters(/*recurse=*/true)) {
+      if (!nn::is_lora_parameter(p.key())) continue;
+      const bool expert = p.key().find(".experts.") != std::string::npos;
+      adapters += static_cast<double>(p.value().numel()) *
+                  (expert ? static_cast<double>(c.num_experts_per_tok) / static_cast<double>(c.num_experts) : 1.0);
+    }
+    return 4.0 * weights + 6.0 * adapters + scores;
+  }
+
   void dump_batches(const std::string& path, int64_t steps) const override {
     std::ofstream out(path, std::ios::binary);
     for (int64_t s = 0; s < steps; ++s) {
