@@ -141,14 +141,17 @@ TEST(ZImageSeries, APreparedCacheTrainsAsTheTowersInTheLoopAndSamplingWritesAPng
 }
 
 TEST(ZImageSeries, AFolderOfImagesTrainsWithFallingLoss) {
-  // Plain MSE (no timestep weights) so that the loss compares across steps; 30 steps of 4 images.
-  TrainRun r = train_series(towers_args() + " --set train.steps=30 --set train.micro_batch_size=2"
-                                            " --set z_image.timestep_weighting=false --set train.log_every=30",
+  // Plain MSE (no timestep weights) so that losses compare across steps; 100 steps over the 4
+  // images, towers in the loop. Seen here (base.yaml): ~1.26 over the first 10 steps, ~0.87 over
+  // the last 10 (and ~0.81 after 150).
+  TrainRun r = train_series(towers_args() + " --set train.steps=100 --set z_image.timestep_weighting=false"
+                                            " --set train.log_every=100",
                             2, "z_image_falling");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  ASSERT_EQ(r.metrics.size(), 30u);
-  const double first = mean_loss(r, 0, 5), last = mean_loss(r, 25, 5);
-  EXPECT_LT(last, 0.7 * first) << "first 5 steps " << first << ", last 5 " << last;
+  ASSERT_EQ(r.metrics.size(), 100u);
+  const double first = mean_loss(r, 0, 10), middle = mean_loss(r, 45, 10), last = mean_loss(r, 90, 10);
+  EXPECT_LT(middle, first) << "steps 1-10 " << first << ", 46-55 " << middle;
+  EXPECT_LT(last, 0.8 * first) << "steps 1-10 " << first << ", 91-100 " << last;
 }
 
 TEST(ZImageSeries, TheSizeConfigHoldsThePublishedParameterCount) {
