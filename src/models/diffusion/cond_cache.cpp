@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 namespace zeroshard::models::diffusion {
@@ -144,7 +145,8 @@ int64_t EpochOrder::item_of(int64_t n) const {
   if (it == perms_.end()) {
     auto gen = nn::generator_for(seed_, salt_ + std::to_string(epoch));
     it = perms_.emplace(epoch, at::randperm(items_, gen, at::kLong)).first;
-    if (perms_.size() > 4) perms_.erase(perms_.begin());
+    // Keep a few epochs; never the one just made (numbers need not rise: buckets, a rewound order).
+    if (perms_.size() > 4) perms_.erase(perms_.begin() == it ? std::next(perms_.begin()) : perms_.begin());
   }
   return it->second[n % items_].item<int64_t>();
 }

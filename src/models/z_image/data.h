@@ -23,7 +23,14 @@ class ZImageData {
   ZImageData(const ZImageSeriesConfig& c, uint64_t seed);
   bool cached() const { return cache_ != nullptr; }
   int64_t size() const { return static_cast<int64_t>(prompts_.size()); }
-  int64_t item_of(int64_t n) const { return order_->item_of(n); }
+  // The item of training sample n, with `global_batch` samples per step (numbers step * G ..
+  // (step + 1) * G - 1, whatever the world size). One bucket: EpochOrder over all items. With
+  // buckets: step s draws bucket b with probability |b| / N from (seed, s), and sample n is
+  // bucket b's EpochOrder at n: a pure function of (seed, n, G), so W-independent.
+  int64_t item_of(int64_t n, int64_t global_batch) const;
+  int64_t bucket_of(int64_t item) const { return bucket_of_.at(static_cast<size_t>(item)); }
+  // (height, width) of the item's bucket.
+  std::pair<int64_t, int64_t> size_of(int64_t item) const { return sizes_.at(static_cast<size_t>(bucket_of(item))); }
   const std::string& prompt(int64_t item) const { return prompts_.at(static_cast<size_t>(item)); }
   // Cache: (latent [16, h, w], context [n, hidden]).
   std::pair<at::Tensor, at::Tensor> cached_item(int64_t item) const;
@@ -34,8 +41,15 @@ class ZImageData {
   const ZImageSeriesConfig& c_;
   std::vector<std::string> prompts_, paths_;
   std::unique_ptr<diffusion::CacheReader> cache_;
-  std::unique_ptr<diffusion::EpochOrder> order_;
+  uint64_t seed_;
+  std::vector<std::pair<int64_t, int64_t>> sizes_;            // the buckets
+  std::vector<int64_t> bucket_of_;                            // per item
+  std::vector<std::vector<int64_t>> members_;                 // per bucket, its items
+  std::vector<std::unique_ptr<diffusion::EpochOrder>> orders_;  // per bucket
 };
+
+// The bucket (index into sizes) nearest an image of height x width in aspect ratio.
+int64_t nearest_bucket(const std::vector<std::pair<int64_t, int64_t>>& sizes, int64_t height, int64_t width);
 
 // The prompt as ZImagePipeline encodes it: Qwen3's chat template (one user turn, generation
 // prompt, enable_thinking=True: "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"),

@@ -46,6 +46,9 @@ void ZImageSeriesConfig::register_keys(train::ConfigKeys& k) {
                "a conditioning cache (`zeroshard prepare` writes it): train without the towers; empty: towers in the loop");
   k.add_int("z_image.height", &height, 16, 1 << 14, "image height (resize + centre crop; a multiple of 16)");
   k.add_int("z_image.width", &width, 16, 1 << 14, "image width (a multiple of 16)");
+  k.add_string("z_image.buckets", &buckets, {},
+               "aspect-ratio buckets HxW,HxW,... (multiples of 16; each image to the nearest aspect ratio, one bucket "
+               "per step); empty: every image at height x width");
   k.add_string("z_image.on_bad_file", &on_bad_file, {"stop", "skip"},
                "prepare: stop at an unreadable image, or leave it out of the cache (listed in the report and "
                "index.json); training with the towers in the loop always stops");
@@ -72,6 +75,26 @@ ZImageDitConfig ZImageSeriesConfig::dit_config() const {
 qwen3::QwenConfig ZImageSeriesConfig::text_config() const { return text; }
 flux::Flux1VaeConfig ZImageSeriesConfig::vae_config() const { return vae; }
 int64_t ZImageSeriesConfig::spatial_factor() const { return vae.kl().spatial_factor(); }
+
+std::vector<std::pair<int64_t, int64_t>> ZImageSeriesConfig::bucket_sizes() const {
+  if (buckets.empty()) return {{height, width}};
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const std::string& b : util::split_trimmed(buckets, ',')) {
+    const size_t x = b.find('x');
+    try {
+      if (x == std::string::npos) throw std::invalid_argument("no 'x'");
+      size_t used = 0;
+      const int64_t h = std::stoll(b.substr(0, x), &used);
+      if (used != x) throw std::invalid_argument("height");
+      const int64_t w = std::stoll(b.substr(x + 1), &used);
+      if (used != b.size() - x - 1) throw std::invalid_argument("width");
+      out.emplace_back(h, w);
+    } catch (const std::exception&) {
+      throw std::invalid_argument("z_image.buckets: '" + b + "' is not HxW (e.g. 1024x768), in '" + buckets + "'");
+    }
+  }
+  return out;
+}
 
 void ZImageSeriesConfig::validate(const train::TrainConfig& c) const {
   (void)c;

@@ -57,7 +57,7 @@ class ZImageTask : public train::GeneratedSampleTask {
     const int64_t f = c_.spatial_factor();
     for (int64_t i = 0; i < cfg_.train.micro_batch_size; ++i) {
       const int64_t n = first + i;
-      const int64_t item = data_.item_of(n);
+      const int64_t item = data_.item_of(n, global_batch());
       std::vector<int64_t> latent_shape;
       if (data_.cached()) {
         auto [latent, context] = data_.cached_item(item);
@@ -65,7 +65,8 @@ class ZImageTask : public train::GeneratedSampleTask {
         b.latents.push_back(latent);
         b.contexts.push_back(context);
       } else {
-        latent_shape = {c_.vae.z_channels, c_.height / f, c_.width / f};
+        const auto [h, w] = data_.size_of(item);
+        latent_shape = {c_.vae.z_channels, h / f, w / f};
         b.images.push_back(data_.image(item));
         b.ids.push_back(prompt_ids(*tokenizer_, data_.prompt(item), c_.text_len));
       }
@@ -97,9 +98,12 @@ class ZImageTask : public train::GeneratedSampleTask {
   // run.dump_batches: the dataset items of the micro-batch.
   at::Tensor samples(int64_t first) const override {
     std::vector<int64_t> items;
-    for (int64_t i = 0; i < cfg_.train.micro_batch_size; ++i) items.push_back(data_.item_of(first + i));
+    for (int64_t i = 0; i < cfg_.train.micro_batch_size; ++i) items.push_back(data_.item_of(first + i, global_batch()));
     return at::tensor(items, at::kLong);
   }
+
+  // Samples per step over all ranks (GeneratedSampleTask numbers them step * G .. (step + 1) * G - 1).
+  int64_t global_batch() const { return cfg_.train.micro_batch_size * cfg_.train.grad_accum * world_; }
 
   const ZImageSeriesConfig& c_;
   ZImageData data_;

@@ -52,6 +52,10 @@ struct ZImageSeriesConfig : train::SeriesConfigBase<ZImageSeriesConfig> {
   std::string dataset;  // a DiffSynth folder: metadata.csv (image, prompt) + images
   std::string cache;    // a prepared conditioning cache; empty: towers in the loop
   int64_t height = 1024, width = 1024;
+  // Aspect-ratio buckets "HxW,HxW,..." (empty: every image at height x width): each image goes to
+  // the bucket nearest its aspect ratio (|log(w/h) - log(W/H)|, the first on ties); every step's
+  // global batch comes from one bucket (data.h).
+  std::string buckets;
   std::string on_bad_file = "stop";
   // Flow matching.
   double shift = 3.0;
@@ -65,6 +69,8 @@ struct ZImageSeriesConfig : train::SeriesConfigBase<ZImageSeriesConfig> {
   qwen3::QwenConfig text_config() const;
   flux::Flux1VaeConfig vae_config() const;
   int64_t spatial_factor() const;  // pixels per latent (8)
+  // The buckets as (height, width); {(height, width)} without z_image.buckets.
+  std::vector<std::pair<int64_t, int64_t>> bucket_sizes() const;
 };
 
 // One micro-batch: from the cache, latents [16, h, w] and text states [n, hidden] per sample;
