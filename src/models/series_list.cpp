@@ -11,6 +11,7 @@
 #include "models/wan/reference.h"
 #include "models/wan/series.h"
 #include "models/z_image/reference.h"
+#include "models/z_image/series.h"
 
 #include <stdexcept>
 
@@ -25,6 +26,7 @@ const std::vector<Series>& all_series() {
       wan_series(),
       qwen3::qwen3_series(),
       qwen3::qwen3_moe_series(),
+      z_image::z_image_series(),
   };
   return series;
 }

@@ -1,19 +1,14 @@
 // The wan series' data: a DiffSynth dataset folder read with the towers in the loop, or the
 // conditioning cache `zeroshard prepare` writes from it (data.cpp).
 //
-// Cache layout (folder wan.cache):
-//   index.json   {"format": "zeroshard wan cache 1", "items": [{"shard": file, "media": path as
-//                written in the metadata, "prompt": ...}, ...], "left_out": [messages],
-//                "height", "width", "num_frames", "text_len", "t5_dim", "z_dim", "dataset"}
-//   part-<rank>-<k>.safetensors   "latent.<r>" [16, T', h, w] and "context.<r>" [n_r, t5_dim]
-//                (float32) for the metadata records r of rank <rank>'s share, <= 64 per file.
-// Rank q of W encodes records r = q, q + W, ... (every rank runs the same number of tower
-// passes: a rank past the end repeats record 0 and drops the result, so sharded towers stay in
-// step); the cache's items are the readable records in metadata order ("record" in the index).
+// Cache layout (folder wan.cache): the shared conditioning cache (models/diffusion/cond_cache.h),
+// format "zeroshard wan cache 1", per record "latent" [16, T', h, w] and "context" [n_r, t5_dim];
+// index.json's shape keys "height", "width", "num_frames", "text_len", "t5_dim", "z_dim".
 #pragma once
 
 #include "data/image_transforms.h"
 #include "data/metadata_csv.h"
+#include "models/diffusion/cond_cache.h"
 #include "models/wan/series.h"
 #include "text/sentencepiece_tokenizer.h"
 #include "zeroshard/comm.h"
@@ -22,10 +17,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-namespace zeroshard::io {
-class SafetensorsFile;
-}
 
 namespace zeroshard::models::wan {
 
@@ -49,12 +40,10 @@ class WanData {
 
  private:
   const WanSeriesConfig& c_;
-  uint64_t seed_;
-  std::vector<std::string> prompts_, media_paths_, shards_;
-  std::vector<int64_t> records_;  // cache: the metadata record each item's tensors are stored under
+  std::vector<std::string> prompts_, media_paths_;
   bool video_column_ = false;
-  mutable std::map<int64_t, at::Tensor> perms_;
-  mutable std::map<std::string, std::unique_ptr<io::SafetensorsFile>> files_;
+  std::unique_ptr<diffusion::CacheReader> cache_;
+  std::unique_ptr<diffusion::EpochOrder> order_;
 };
 
 // Token ids and mask [1, text_len] (int64) of a prompt, as Wan's tokenizer pads it.

@@ -1,25 +1,11 @@
-// The flow-matching schedule DiffSynth-Studio trains and samples Wan 2.1 with
-// (diffsynth/schedulers/flow_match.py, FlowMatchScheduler(shift=5, sigma_min=0,
-// extra_one_step=True)), recomputed here in float32 as torch computes it:
-//  - sigmas: linspace(1, 0, steps + 1) without its last entry (extra_one_step), then shifted,
-//    sigma' = shift * sigma / (1 + (shift - 1) * sigma); timesteps = 1000 * sigma';
-//  - training (steps = 1000): a timestep id drawn uniformly in [0, 1000); the noisy latent is
-//    (1 - sigma) * x0 + sigma * noise, the target noise - x0, and the MSE is multiplied by the
-//    id's weight y - min(y), y = exp(-2 ((t - 500) / 1000)^2), scaled to sum 1000 (mean 1);
-//  - sampling: Euler steps x += v * (sigma_next - sigma), the last to sigma 0.
+// The wan series' flow matching is the shared one (src/models/diffusion/flow_match.h).
 #pragma once
 
-#include <torch/torch.h>
+#include "models/diffusion/flow_match.h"
 
 namespace zeroshard::models::wan {
 
-struct FlowMatchSchedule {
-  at::Tensor sigmas;     // [steps] float32, from near 1 down
-  at::Tensor timesteps;  // [steps] float32, 1000 * sigmas
-  at::Tensor weights;    // [steps] float32, the training weights (defined for training schedules)
-};
-
-// steps >= 1; shift > 0. training: also the weights (DiffSynth computes them for steps = 1000).
-FlowMatchSchedule flow_match_schedule(int64_t steps, double shift, bool training);
+using diffusion::flow_match_schedule;
+using diffusion::FlowMatchSchedule;
 
 }  // namespace zeroshard::models::wan

@@ -1,9 +1,9 @@
-#include "models/wan/flow_match.h"
+#include "models/diffusion/flow_match.h"
 
 #include <stdexcept>
 #include <string>
 
-namespace zeroshard::models::wan {
+namespace zeroshard::models::diffusion {
 
 FlowMatchSchedule flow_match_schedule(int64_t steps, double shift, bool training) {
   if (steps < 1) throw std::invalid_argument("flow_match_schedule: steps must be >= 1, got " + std::to_string(steps));
@@ -23,4 +23,4 @@ FlowMatchSchedule flow_match_schedule(int64_t steps, double shift, bool training
   return s;
 }
 
-}  // namespace zeroshard::models::wan
+}  // namespace zeroshard::models::diffusion

@@ -1,0 +1,27 @@
+// The flow-matching schedule DiffSynth-Studio trains and samples its diffusion series with, shared
+// by the series here: Wan 2.1 (diffsynth/schedulers/flow_match.py, FlowMatchScheduler(shift=5,
+// sigma_min=0, extra_one_step=True)) and Z-Image (diffsynth/diffusion/flow_match.py,
+// set_timesteps_z_image: sigma_min 0, linspace(1, 0, steps + 1)[:-1], shift 3; the same
+// set_training_weight), recomputed here in float32 as torch computes it:
+//  - sigmas: linspace(1, 0, steps + 1) without its last entry (extra_one_step), then shifted,
+//    sigma' = shift * sigma / (1 + (shift - 1) * sigma); timesteps = 1000 * sigma';
+//  - training (steps = 1000): a timestep id drawn uniformly in [0, 1000); the noisy latent is
+//    (1 - sigma) * x0 + sigma * noise, the target noise - x0, and the MSE is multiplied by the
+//    id's weight y - min(y), y = exp(-2 ((t - 500) / 1000)^2), scaled to sum 1000 (mean 1);
+//  - sampling: Euler steps x += v * (sigma_next - sigma), the last to sigma 0.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace zeroshard::models::diffusion {
+
+struct FlowMatchSchedule {
+  at::Tensor sigmas;     // [steps] float32, from near 1 down
+  at::Tensor timesteps;  // [steps] float32, 1000 * sigmas
+  at::Tensor weights;    // [steps] float32, the training weights (defined for training schedules)
+};
+
+// steps >= 1; shift > 0. training: also the weights (DiffSynth computes them for steps = 1000).
+FlowMatchSchedule flow_match_schedule(int64_t steps, double shift, bool training);
+
+}  // namespace zeroshard::models::diffusion

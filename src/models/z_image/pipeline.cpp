@@ -1,0 +1,293 @@
+// The z_image series' config keys and its pipeline module (series.h).
+#include "models/z_image/series.h"
+
+#include "models/diffusion/flow_match.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+#include "util/text.h"
+
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+namespace zeroshard::models::z_image {
+
+ZImageSeriesConfig::ZImageSeriesConfig() : dit(z_image_turbo_6b()), text(qwen3::qwen3_4b()) {}
+
+void ZImageSeriesConfig::register_keys(train::ConfigKeys& k) {
+  {
+    train::ConfigKeys::ModelScope model(k);
+    k.add_int("z_image.dim", &dit.dim, 2, 1 << 16, "DiT width (released: 3840)");
+    k.add_int("z_image.n_layers", &dit.n_layers, 0, 1024, "DiT main blocks (30)");
+    k.add_int("z_image.n_refiner_layers", &dit.n_refiner_layers, 0, 64, "noise and context refiner blocks each (2)");
+    k.add_int("z_image.n_heads", &dit.n_heads, 1, 1024, "DiT heads (30)");
+    k.add_int("z_image.n_kv_heads", &dit.n_kv_heads, 1, 1024, "DiT key/value heads (30)");
+    k.add_int("z_image.rope_axes_t", &rope_axes_t, 0, 4096, "RoPE dims of the frame/caption axis (32); axes sum to dim / n_heads");
+    k.add_int("z_image.rope_axes_h", &rope_axes_h, 0, 4096, "RoPE dims of the row axis (48)");
+    k.add_int("z_image.rope_axes_w", &rope_axes_w, 0, 4096, "RoPE dims of the column axis (48)");
+    k.add_int("z_image.text_vocab", &text.vocab_size, 2, 1 << 22, "Qwen3 vocabulary (151936); >= the tokenizer's ids");
+    k.add_int("z_image.text_hidden", &text.hidden_size, 2, 1 << 16, "Qwen3 width = the DiT's cap_feat_dim (2560)");
+    k.add_int("z_image.text_ffn", &text.intermediate_size, 1, 1 << 20, "Qwen3 SwiGLU width (9728)");
+    k.add_int("z_image.text_layers", &text.num_hidden_layers, 2, 1024,
+              "Qwen3 layers (36); the states are the output of layer text_layers - 1");
+    k.add_int("z_image.text_heads", &text.num_attention_heads, 1, 1024, "Qwen3 query heads (32)");
+    k.add_int("z_image.text_kv_heads", &text.num_key_value_heads, 1, 1024, "Qwen3 key/value heads (8)");
+    k.add_int("z_image.text_head_dim", &text.head_dim, 2, 4096, "Qwen3 head size (128)");
+    k.add_int("z_image.text_len", &text_len, 1, 1 << 16, "prompt tokens kept (max_sequence_length, 512)");
+    k.add_int("z_image.vae_ch", &vae.ch, 32, 1 << 12, "VAE base width (128; levels x1, x2, x4, x4), a multiple of 32");
+    k.add_int("z_image.vae_num_res_blocks", &vae.num_res_blocks, 1, 16, "VAE residual blocks per level (2)");
+  }
+  k.add_string("z_image.vae_from", &vae_from, {}, "the frozen VAE's safetensors (FLUX.1 ae.safetensors names); empty: seeded");
+  k.add_string("z_image.text_encoder_from", &text_encoder_from, {},
+               "the frozen Qwen3's safetensors (transformers names, model.*); empty: seeded");
+  k.add_string("z_image.tokenizer", &tokenizer, {}, "the Qwen3 tokenizer.json (tokenizer_config.json beside it)");
+  k.add_string("z_image.dataset", &dataset, {}, "a DiffSynth folder: metadata.csv (image, prompt) + jpg/png/webp");
+  k.add_string("z_image.cache", &cache, {},
+               "a conditioning cache (`zeroshard prepare` writes it): train without the towers; empty: towers in the loop");
+  k.add_int("z_image.height", &height, 16, 1 << 14, "image height (resize + centre crop; a multiple of 16)");
+  k.add_int("z_image.width", &width, 16, 1 << 14, "image width (a multiple of 16)");
+  k.add_string("z_image.buckets", &buckets, {},
+               "aspect-ratio buckets HxW,HxW,... (multiples of 16; each image to the nearest aspect ratio, one bucket "
+               "per step); empty: every image at height x width");
+  k.add_string("z_image.on_bad_file", &on_bad_file, {"stop", "skip"},
+               "prepare: stop at an unreadable image, or leave it out of the cache (listed in the report and "
+               "index.json); training with the towers in the loop always stops");
+  k.add_float("z_image.shift", &shift, 1e-3, 1e3, "flow-matching sigma shift for training (DiffSynth's Z-Image: 3)");
+  k.add_bool("z_image.timestep_weighting", &timestep_weighting,
+             "multiply each sample's MSE by DiffSynth's timestep weight (false: plain MSE)");
+  k.add_float("z_image.sample_shift", &sample_shift, 1e-3, 1e3, "sigma shift of the sampler's schedule (3)");
+  k.add_float("z_image.guidance_scale", &guidance_scale, 0.0, 1e3,
+              "sampling guidance g: pos + g (pos - neg) when g > 1 (ZImagePipeline; Turbo samples with 0)");
+  k.add_float("z_image.cfg_truncation", &cfg_truncation, 0.0, 1e3,
+              "no guidance at steps whose 1 - sigma exceeds this (1: guidance at every step)");
+  k.add_float("z_image.cfg_normalization", &cfg_normalization, 0.0, 1e3,
+              "> 0: the guided prediction's norm is capped at this times the positive one's (0: off)");
+  k.add_string("z_image.negative_prompt", &negative_prompt, {}, "the sampler's negative prompt");
+}
+
+ZImageDitConfig ZImageSeriesConfig::dit_config() const {
+  ZImageDitConfig c = dit;
+  c.cap_feat_dim = text.hidden_size;
+  c.in_channels = vae.z_channels;
+  c.axes_dims = {rope_axes_t, rope_axes_h, rope_axes_w};
+  return c;
+}
+qwen3::QwenConfig ZImageSeriesConfig::text_config() const { return text; }
+flux::Flux1VaeConfig ZImageSeriesConfig::vae_config() const { return vae; }
+int64_t ZImageSeriesConfig::spatial_factor() const { return vae.kl().spatial_factor(); }
+
+std::vector<std::pair<int64_t, int64_t>> ZImageSeriesConfig::bucket_sizes() const {
+  if (buckets.empty()) return {{height, width}};
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const std::string& b : util::split_trimmed(buckets, ',')) {
+    const size_t x = b.find('x');
+    try {
+      if (x == std::string::npos) throw std::invalid_argument("no 'x'");
+      size_t used = 0;
+      const int64_t h = std::stoll(b.substr(0, x), &used);
+      if (used != x) throw std::invalid_argument("height");
+      const int64_t w = std::stoll(b.substr(x + 1), &used);
+      if (used != b.size() - x - 1) throw std::invalid_argument("width");
+      out.emplace_back(h, w);
+    } catch (const std::exception&) {
+      throw std::invalid_argument("z_image.buckets: '" + b + "' is not HxW (e.g. 1024x768), in '" + buckets + "'");
+    }
+  }
+  return out;
+}
+
+void ZImageSeriesConfig::validate(const train::TrainConfig& c) const {
+  (void)c;
+  dit_config().validate("z_image");
+  text_config().validate("z_image.text_*");
+  vae_config().kl().validate("z_image.vae_*");
+  const int64_t f = spatial_factor() * 2;  // VAE x DiT patch
+  if (height % f != 0 || width % f != 0) {
+    throw std::invalid_argument("z_image.height and z_image.width must be multiples of " + std::to_string(f) +
+                                " (VAE x patch), got " + std::to_string(height) + " x " + std::to_string(width));
+  }
+  if (cache.empty() && dataset.empty()) {
+    throw std::invalid_argument("z_image: set z_image.cache (a prepared conditioning cache) or z_image.dataset (towers "
+                                "in the loop)");
+  }
+}
+
+// --- the pipeline ------------------------------------------------------------------------------
+
+ZImagePipelineImpl::ZImagePipelineImpl(const ZImageSeriesConfig& c, bool with_dit, bool with_towers) : config_(c) {
+  if (with_dit) dit = register_module("dit", ZImageDit(c.dit_config()));
+  if (with_towers) {
+    text_encoder = register_module("text_encoder", qwen3::QwenForCausalLM(c.text_config(), /*lm_head=*/false));
+    vae = register_module("vae", flux::Flux1AutoEncoder(c.vae_config(), /*with_encoder=*/true, /*with_decoder=*/true));
+    for (auto& p : text_encoder->parameters()) p.set_requires_grad(false);
+    for (auto& p : vae->parameters()) p.set_requires_grad(false);
+  }
+}
+
+at::Tensor ZImagePipelineImpl::encode_image(const at::Tensor& image) {
+  TORCH_CHECK(vae, "ZImagePipeline: built without its towers");
+  torch::NoGradGuard no_grad;
+  const auto t0 = std::chrono::steady_clock::now();
+  const at::ScalarType dt = vae->encoder->parameters().front().scalar_type();
+  at::Tensor z = vae->encode(image.unsqueeze(0).to(dt))[0].to(at::kFloat);
+  towers_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return z;
+}
+
+at::Tensor ZImagePipelineImpl::encode_text(const at::Tensor& ids) {
+  TORCH_CHECK(text_encoder, "ZImagePipeline: built without its towers");
+  torch::NoGradGuard no_grad;
+  const auto t0 = std::chrono::steady_clock::now();
+  // hidden_states[-2]: the output of the second-to-last layer (qwen3/model.h).
+  at::Tensor states = text_encoder->hidden_states(qwen3::Inputs(ids), {-2}).at(0)[0].to(at::kFloat);
+  towers_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return states;
+}
+
+std::vector<at::Tensor> ZImagePipelineImpl::conditioning(const std::vector<at::Tensor>& images,
+                                                         const std::vector<at::Tensor>& ids) {
+  std::vector<at::Tensor> in(images.begin(), images.end());
+  in.insert(in.end(), ids.begin(), ids.end());
+  const size_t B = images.size();
+  return call_hooked(in, [this, B](const std::vector<at::Tensor>& x) {
+    std::vector<at::Tensor> out;
+    for (size_t i = 0; i < B; ++i) out.push_back(encode_image(x[i]));
+    for (size_t i = 0; i < B; ++i) out.push_back(encode_text(x[B + i]));
+    return out;
+  });
+}
+
+at::Tensor ZImagePipelineImpl::loss(const ZImageBatch& b) {
+  const size_t B = b.noises.size();
+  const bool towers = b.latents.empty();
+  std::vector<at::Tensor> in = towers ? b.images : b.latents;
+  const std::vector<at::Tensor>& second = towers ? b.ids : b.contexts;
+  in.insert(in.end(), second.begin(), second.end());
+  in.insert(in.end(), b.noises.begin(), b.noises.end());
+  in.push_back(b.sigmas);
+  in.push_back(b.timesteps);
+  in.push_back(b.weights);
+  return call_hooked(in, [this, B, towers](const std::vector<at::Tensor>& x) {
+    std::vector<at::Tensor> x0, ctx;
+    for (size_t i = 0; i < B; ++i) {
+      x0.push_back(towers ? encode_image(x[i]) : x[i]);
+      ctx.push_back(towers ? encode_text(x[B + i]) : x[B + i]);
+    }
+    const size_t k = 2 * B;
+    const at::Tensor& sigmas = x[k + B];
+    const at::Tensor& timesteps = x[k + B + 1];
+    const at::Tensor& weights = x[k + B + 2];
+    std::vector<at::Tensor> noisy;
+    for (size_t i = 0; i < B; ++i) {
+      const at::Tensor s = sigmas[static_cast<int64_t>(i)];
+      noisy.push_back(((1 - s) * x0[i] + s * x[k + i]).unsqueeze(1));  // add_noise; one frame
+    }
+    // model_fn_z_image: t = (1000 - timestep) / 1000, velocity = -output.
+    const at::Tensor t = (1000 - timesteps) / 1000;
+    const std::vector<at::Tensor> out = dit->forward(noisy, t, ctx, /*patch_size=*/2, /*f_patch_size=*/1);
+    std::vector<at::Tensor> per_sample;
+    for (size_t i = 0; i < B; ++i) {
+      const at::Tensor pred = flow_velocity(out[i].to(at::kFloat).squeeze(1));
+      const at::Tensor mse = (pred - (x[k + i] - x0[i])).pow(2).mean();
+      per_sample.push_back(mse * weights[static_cast<int64_t>(i)]);
+    }
+    return std::vector<at::Tensor>{at::stack(per_sample).mean()};
+  })[0];
+}
+
+at::Tensor ZImagePipelineImpl::generate(const std::vector<at::Tensor>& ids, const std::vector<at::Tensor>& neg_ids,
+                                        const at::Tensor& noise, const ZImageSampling& o) {
+  torch::NoGradGuard no_grad;
+  const size_t B = ids.size();
+  std::vector<at::Tensor> in(ids.begin(), ids.end());
+  in.insert(in.end(), neg_ids.begin(), neg_ids.end());
+  in.push_back(noise);
+  return call_hooked(in, [&](const std::vector<at::Tensor>& x) {
+    const bool cfg = o.guidance_scale > 1.0;  // ZImagePipeline.do_classifier_free_guidance
+    std::vector<at::Tensor> pos, neg;
+    for (size_t i = 0; i < B; ++i) {
+      pos.push_back(encode_text(x[i]));
+      if (cfg) neg.push_back(encode_text(x[B + i]));
+    }
+    // DiffSynth's Z-Image schedule (set_timesteps_z_image): `steps` sigmas from 1, the last step to 0.
+    const diffusion::FlowMatchSchedule s = diffusion::flow_match_schedule(o.steps, o.shift, /*training=*/false);
+    std::vector<at::Tensor> lat;
+    for (size_t i = 0; i < B; ++i) lat.push_back(x[2 * B][static_cast<int64_t>(i)]);
+    for (int64_t j = 0; j < o.steps; ++j) {
+      const at::Tensor t = ((1000 - s.timesteps.narrow(0, j, 1)) / 1000).expand({static_cast<int64_t>(B)}).contiguous();
+      const double t_norm = t[0].item<double>();
+      const bool guide = cfg && !(t_norm > o.cfg_truncation);
+      std::vector<at::Tensor> in1;
+      for (const auto& l : lat) in1.push_back(l.unsqueeze(1));
+      const std::vector<at::Tensor> vp = dit->forward(in1, t, pos, 2, 1);
+      std::vector<at::Tensor> vn;
+      if (guide) vn = dit->forward(in1, t, neg, 2, 1);
+      const float next = j + 1 < o.steps ? s.sigmas[j + 1].item<float>() : 0.0f;
+      const at::Tensor dsigma = at::scalar_tensor(next, at::kFloat) - s.sigmas[j];
+      for (size_t i = 0; i < B; ++i) {
+        at::Tensor pred = vp[i].to(at::kFloat).squeeze(1);
+        if (guide) {
+          const at::Tensor p = pred, n = vn[i].to(at::kFloat).squeeze(1);
+          pred = p + o.guidance_scale * (p - n);
+          if (o.cfg_normalization > 0) {
+            const at::Tensor cap = p.norm() * o.cfg_normalization, now = pred.norm();
+            if (now.item<double>() > cap.item<double>()) pred = pred * (cap / now);
+          }
+        }
+        lat[i] = lat[i] + flow_velocity(pred) * dsigma;
+      }
+    }
+    const at::Tensor z = at::stack(lat, 0);
+    const at::ScalarType dt = vae->decoder->parameters().front().scalar_type();
+    return std::vector<at::Tensor>{vae->decode(z.to(dt)).to(at::kFloat).clamp(-1, 1)};
+  })[0];
+}
+
+// --- seeded initial values ---------------------------------------------------------------------
+
+namespace {
+
+// The DiT and the VAE from scratch: norms' scales 1, biases 0, the pad tokens N(0, 0.02), every
+// other weight uniform(+-1/sqrt(fan_in)) (torch's Linear / Conv default bound).
+void plain_init(uint64_t seed, const std::string& name, at::Tensor& param) {
+  using util::ends_with;
+  torch::NoGradGuard no_grad;
+  if (ends_with(name, "pad_token")) {
+    nn::init_normal(param, seed, name, 0.02);
+  } else if (param.dim() < 2 && name.find("norm") != std::string::npos && ends_with(name, ".weight")) {
+    nn::init_constant(param, 1.0);
+  } else if (param.dim() < 2) {
+    nn::init_constant(param, 0.0);
+  } else {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(param.numel() / param.size(0)));
+    at::Generator g = nn::generator_for(seed, name);
+    param.uniform_(-bound, bound, g);
+  }
+}
+
+}  // namespace
+
+void ZImagePipelineImpl::init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const {
+  using util::starts_with;
+  if (nn::is_lora_parameter(name)) {
+    nn::lora_init(seed, name, param);
+  } else if (starts_with(name, "dit.")) {
+    plain_init(seed, name, param);
+  } else if (starts_with(name, "text_encoder.")) {
+    // Salted: a tower of its own; the Qwen3 rule (transformers' _init_weights).
+    if (!text_encoder) throw std::invalid_argument("z_image: '" + name + "' on a pipeline built without its towers");
+    text_encoder->init_parameter(seed ^ 0x7135ull, name.substr(13), param);
+  } else if (starts_with(name, "vae.")) {
+    plain_init(seed ^ 0x7661eull, name, param);
+  } else {
+    throw std::invalid_argument("z_image: no initial value for parameter '" + name + "'");
+  }
+}
+
+// A chosen unit hides the HookableModules inside it, so the towers and the DiT as wholes are not
+// units: their blocks are, and their embeddings, heads and norms join the root.
+bool z_image_unit(const std::string& qualified_name) {
+  return qualified_name != "vae" && qualified_name != "dit" && qualified_name != "text_encoder";
+}
+
+}  // namespace zeroshard::models::z_image

@@ -1,0 +1,225 @@
+// The z_image series (Z-Image as released) through the real binary on a DiffSynth image folder the
+// test makes (Debian's ffmpeg: png and jpg images of different sizes and aspect ratios, resized and
+// centre-cropped to 32 x 32) with the tiny Qwen3 tokenizer of the qwen3 tests: the four strategies
+// bitwise identical at W = 3 with accumulation (full and LoRA training, towers in the loop), exact
+// resume, `zeroshard prepare` + training from the cache equal to the towers-in-the-loop run,
+// sampling to PNG, falling loss on the images, and the published size of 6b.yaml.
+#include "io/image_codec.h"
+#include "models/z_image/data.h"
+#include "models/z_image/series.h"
+#include "support/spawn.h"
+#include "support/train_run.h"
+#include "train/config.h"
+#include "zeroshard/nn/deferred.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+using namespace zeroshard;
+using namespace zeroshard::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kConfigs = std::string(ZS_SOURCE_DIR) + "/configs/z_image/";
+const std::string kTokenizer = std::string(ZS_SOURCE_DIR) + "/tests/models/qwen3/data/tiny_tokenizer/tokenizer.json";
+
+void sh(const std::string& cmd) {
+  std::string out;
+  ASSERT_EQ(run_command(cmd, &out), 0) << cmd << "\n" << out;
+}
+
+// Four images (three png, one jpg; 40x36 to 64x48) and their metadata.csv.
+const std::string& folder() {
+  static std::string dir = [] {
+    const std::string d = make_temp_dir("z_image_series") + "/images";
+    fs::create_directories(d);
+    const std::string ff = "ffmpeg -loglevel error -y -f lavfi -i ", q = " > /dev/null 2>&1";
+    sh(ff + "testsrc=size=40x36 -frames:v 1 " + d + "/a.png" + q);
+    sh(ff + "rgbtestsrc=size=36x40 -frames:v 1 " + d + "/b.png" + q);
+    sh(ff + "mandelbrot=size=48x48 -frames:v 1 " + d + "/c.jpg" + q);
+    sh(ff + "smptebars=size=64x48 -frames:v 1 " + d + "/d.png" + q);
+    std::ofstream(d + "/metadata.csv") << "image,prompt\na.png,a test card with a clock\nb.png,red green and blue bars\n"
+                                          "c.jpg,\"a fractal, blue and black\"\nd.png,colour bars for a television\n";
+    return d;
+  }();
+  return dir;
+}
+
+std::string towers_args(const std::string& config = "base.yaml") {
+  return "--config " + kConfigs + config + " --set z_image.dataset=" + folder() + " --set z_image.tokenizer=" +
+         kTokenizer + " --set run.progress=false --set parallel.comm_timeout_s=120";
+}
+
+double mean_loss(const TrainRun& r, size_t first, size_t count) {
+  double s = 0;
+  for (size_t i = first; i < first + count; ++i) s += r.metrics.at(i).at("loss").get<double>();
+  return s / static_cast<double>(count);
+}
+
+}  // namespace
+
+TEST(ZImageSeries, ThePromptIsQwen3sChatTemplateAsZImagePipelineRendersIt) {
+  // apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+  // enable_thinking=True): no <think> block; the ids are those of the whole rendered text.
+  text::BpeTokenizer tok = text::BpeTokenizer::from_file(kTokenizer);
+  const at::Tensor ids = models::z_image::prompt_ids(tok, "a red cat", 512);
+  const std::vector<int32_t> expect = tok.encode("<|im_start|>user\na red cat<|im_end|>\n<|im_start|>assistant\n");
+  ASSERT_EQ(ids.size(1), static_cast<int64_t>(expect.size()));
+  for (size_t i = 0; i < expect.size(); ++i) EXPECT_EQ(ids[0][static_cast<int64_t>(i)].item<int64_t>(), expect[i]) << i;
+  EXPECT_EQ(ids[0][0].item<int64_t>(), 557);  // <|im_start|> of the tiny tokenizer
+  // truncation=True at max_sequence_length.
+  EXPECT_EQ(models::z_image::prompt_ids(tok, "a red cat", 5).size(1), 5);
+}
+
+TEST(ZImageSeries, FourStrategiesAgreeBitwiseForFullAndLoraTrainingAtThreeRanks) {
+  ParityOptions o;
+  o.small_model = false;
+  o.final_shards = true;
+  const std::string common = towers_args() +
+                             " --set train.steps=3 --set train.micro_batch_size=1 --set train.grad_accum=2"
+                             " --set train.warmup_steps=1";
+  expect_identical_strategies(common, 3, 3, "z_image_full", o);
+  const auto lora = expect_identical_strategies(
+      common + " --set lora.rank=4 --set lora.alpha=4 --set lora.targets=to_q,to_k,to_v,to_out.0,w1,w2,w3", 3, 3,
+      "z_image_lora", o);
+  ASSERT_FALSE(lora.empty());
+  // 7 Linear layers in each of 4 blocks (1 noise refiner, 1 context refiner, 2 main).
+  const std::string log = read_text(lora[0].dir + "/rank0.log");
+  EXPECT_NE(log.find("LoRA: rank 4 adapters on 28 Linear layers"), std::string::npos) << log;
+}
+
+TEST(ZImageSeries, ResumeFromAMidRunCheckpointIsExact) {
+  const std::string common = towers_args() + " --set train.steps=4 --set run.dump_final_shards=true";
+  TrainRun full = train_series(common + " --set train.save_every=2", 2, "z_image_resume_full");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  TrainRun resumed =
+      train_series(common + " --set train.resume=" + full.dir + "/checkpoints/step_00000002", 2, "z_image_resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto a = loss_texts(full), b = loss_texts(resumed);
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(b, std::vector<std::string>(a.begin() + 2, a.end()));
+  for (int r = 0; r < 2; ++r) {
+    const std::string f = "/final_shard.rank" + std::to_string(r) + ".bin";
+    EXPECT_TRUE(read_text(full.dir + f) == read_text(resumed.dir + f)) << "final parameters of rank " << r;
+  }
+}
+
+TEST(ZImageSeries, APreparedCacheTrainsAsTheTowersInTheLoopAndSamplingWritesAPng) {
+  const std::string cache = make_temp_dir("z_image_cache") + "/cache";
+  std::string out;
+  const std::string prepare =
+      std::string(ZS_BINARY) + " prepare --nproc 2 " + towers_args() + " --set z_image.cache=" + cache;
+  ASSERT_EQ(run_command(prepare, &out), 0) << out;
+  EXPECT_NE(out.find("cached 4 of 4 items"), std::string::npos) << out;
+  ASSERT_TRUE(fs::exists(cache + "/index.json"));
+
+  const std::string steps = " --set train.steps=3 --set train.grad_accum=2";
+  TrainRun towers = train_series(towers_args() + steps, 2, "z_image_towers");
+  ASSERT_EQ(towers.exit_code, 0) << towers.output;
+  TrainRun cached = train_series(towers_args() + steps + " --set z_image.cache=" + cache, 2, "z_image_cached");
+  ASSERT_EQ(cached.exit_code, 0) << cached.output;
+  // The same tensors reach the DiT (the towers ran one sample at a time both ways): bitwise.
+  EXPECT_EQ(loss_texts(towers), loss_texts(cached));
+  EXPECT_EQ(towers.metrics.back().count("towers_s"), 1u);
+  EXPECT_EQ(cached.metrics.back().count("towers_s"), 0u);
+
+  // Sampling the cache-trained run (towers seeded as prepare seeded them): 3 Euler steps with
+  // guidance, two 32x32 images side by side with a 2-pixel gap.
+  const std::string png = cached.dir + "/two.png";
+  ASSERT_EQ(run_command(std::string(ZS_BINARY) + " sample " + cached.dir + " --nproc 2 --clips 2 --steps 3 --out " + png,
+                        &out),
+            0)
+      << out;
+  ASSERT_TRUE(fs::exists(png)) << out;
+  EXPECT_NE(out.find("guidance 5"), std::string::npos) << out;
+  const io::RgbImage img = io::decode_image_file(png).image;
+  EXPECT_EQ(img.width, 66);
+  EXPECT_EQ(img.height, 32);
+}
+
+TEST(ZImageSeries, AFolderOfImagesTrainsWithFallingLoss) {
+  // Plain MSE (no timestep weights) so that losses compare across steps; 100 steps over the 4
+  // images, towers in the loop. Seen here (base.yaml): ~1.26 over the first 10 steps, ~0.87 over
+  // the last 10 (and ~0.81 after 150).
+  TrainRun r = train_series(towers_args() + " --set train.steps=100 --set z_image.timestep_weighting=false"
+                                            " --set train.log_every=100",
+                            2, "z_image_falling");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.metrics.size(), 100u);
+  const double first = mean_loss(r, 0, 10), middle = mean_loss(r, 45, 10), last = mean_loss(r, 90, 10);
+  EXPECT_LT(middle, first) << "steps 1-10 " << first << ", 46-55 " << middle;
+  EXPECT_LT(last, 0.8 * first) << "steps 1-10 " << first << ", 91-100 " << last;
+}
+
+TEST(ZImageSeries, TheSizeConfigHoldsThePublishedParameterCount) {
+  // Tongyi-MAI/Z-Image-Turbo: 6,154,908,736 DiT parameters (test_z_image_sizes.cpp), counted on the
+  // series' pipeline built from configs/z_image/6b.yaml without bytes.
+  const train::TrainConfig cfg = train::load_config(kConfigs + "6b.yaml", {"z_image.cache=unused"});
+  const auto& c = cfg.series_config<models::z_image::ZImageSeriesConfig>();
+  nn::DeferredInit deferred;
+  models::z_image::ZImagePipeline p(c, /*with_dit=*/true, /*with_towers=*/false);
+  int64_t n = 0;
+  for (const auto& t : p->parameters()) n += t.numel();
+  EXPECT_EQ(n, 12309817472LL / 2);
+}
+
+TEST(ZImageSeries, BucketedBatchesComeFromOneBucketPerStepWhateverTheWorldSize) {
+  // Six images of three aspect ratios; buckets square, wide (32 x 64) and tall (64 x 32).
+  const std::string d = make_temp_dir("z_image_buckets") + "/images";
+  fs::create_directories(d);
+  const std::string ff = "ffmpeg -loglevel error -y -f lavfi -i ", q = " > /dev/null 2>&1";
+  const std::pair<const char*, const char*> files[] = {{"a.png", "80x40"},  {"b.png", "40x80"}, {"c.jpg", "48x48"},
+                                                       {"d.png", "100x48"}, {"e.png", "40x90"}, {"f.png", "36x40"}};
+  std::string csv = "image,prompt\n";
+  for (const auto& [name, size] : files) {
+    sh(ff + "testsrc=size=" + std::string(size) + " -frames:v 1 " + d + "/" + name + q);
+    csv += std::string(name) + ",a test card " + size + "\n";
+  }
+  std::ofstream(d + "/metadata.csv") << csv;
+  const std::string buckets = "32x32,32x64,64x32";
+  const train::TrainConfig cfg =
+      train::load_config(kConfigs + "base.yaml", {"z_image.dataset=" + d, "z_image.buckets=" + buckets});
+  const models::z_image::ZImageData data(cfg.series_config<models::z_image::ZImageSeriesConfig>(), 7);
+  const int64_t expect_bucket[] = {1, 2, 0, 1, 2, 0};
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(data.bucket_of(i), expect_bucket[i]) << files[i].first;
+  EXPECT_EQ(data.size_of(0), std::make_pair(int64_t{32}, int64_t{64}));
+
+  // 8 samples per step: micro-batch 2 at W = 1, 2, 4 with accumulation 4, 2, 1. Rank r's sample
+  // numbers are GeneratedSampleTask::first_index's: (step * accum + micro) * mb * W + r * mb + i.
+  const int64_t mb = 2, G = 8, steps = 24;
+  std::vector<std::vector<int64_t>> reference;
+  std::set<int64_t> seen_buckets;
+  for (const int W : {1, 2, 4}) {
+    const int64_t accum = G / (mb * W);
+    for (int64_t s = 0; s < steps; ++s) {
+      std::vector<int64_t> items;
+      for (int r = 0; r < W; ++r) {
+        for (int64_t m = 0; m < accum; ++m) {
+          for (int64_t i = 0; i < mb; ++i) items.push_back(data.item_of((s * accum + m) * mb * W + r * mb + i, G));
+        }
+      }
+      for (int64_t it : items) EXPECT_EQ(data.bucket_of(it), data.bucket_of(items[0])) << "W " << W << " step " << s;
+      seen_buckets.insert(data.bucket_of(items[0]));
+      std::sort(items.begin(), items.end());
+      if (W == 1) {
+        reference.push_back(items);
+      } else {
+        EXPECT_EQ(items, reference[static_cast<size_t>(s)]) << "W " << W << " step " << s;
+      }
+    }
+  }
+  EXPECT_EQ(seen_buckets.size(), 3u);  // every bucket drawn in 24 steps
+
+  // Training on the buckets (towers in the loop; latents 4x8, 8x4, 4x4 by step) at W = 2.
+  TrainRun r = train_series("--config " + kConfigs + "base.yaml --set z_image.dataset=" + d + " --set z_image.tokenizer=" +
+                                kTokenizer + " --set z_image.buckets=" + buckets +
+                                " --set train.steps=4 --set run.progress=false",
+                            2, "z_image_buckets");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.metrics.size(), 4u);
+}
