@@ -1,5 +1,7 @@
 #include "models/diffusion/flow_match.h"
 
+#include "nn/init.h"
+
 #include <stdexcept>
 #include <string>
 
@@ -21,6 +23,16 @@ FlowMatchSchedule flow_match_schedule(int64_t steps, double shift, bool training
     s.weights = shifted * (n / shifted.sum());
   }
   return s;
+}
+
+at::Tensor TrainingDraws::add(uint64_t seed, const std::string& key, at::IntArrayRef latent_shape) {
+  auto gen = nn::generator_for(seed, key);
+  at::Tensor noise = at::randn(latent_shape, gen, at::kFloat);  // first: the draws' order is part of the data
+  const int64_t id = at::randint(0, schedule_.sigmas.size(0), {1}, gen, at::kLong).item<int64_t>();
+  sigmas_.push_back(schedule_.sigmas[id].item<float>());
+  timesteps_.push_back(schedule_.timesteps[id].item<float>());
+  weights_.push_back(weighting_ ? schedule_.weights[id].item<float>() : 1.0f);
+  return noise;
 }
 
 }  // namespace zeroshard::models::diffusion

@@ -13,6 +13,9 @@
 
 #include <torch/torch.h>
 
+#include <string>
+#include <vector>
+
 namespace zeroshard::models::diffusion {
 
 struct FlowMatchSchedule {
@@ -23,5 +26,26 @@ struct FlowMatchSchedule {
 
 // steps >= 1; shift > 0. training: also the weights (DiffSynth computes them for steps = 1000).
 FlowMatchSchedule flow_match_schedule(int64_t steps, double shift, bool training);
+
+// A training micro-batch's per-sample draws, sample by sample: the noise (the latent's shape) and
+// the timestep id (DiffSynth: uniform in [0, steps)) from one generator keyed by (data seed, key),
+// key naming the sample number ("<series>.noise.<n>"), so a sample's draws depend on nothing but
+// the seed and its number (not on W, the rank or the micro-batch it lands in).
+class TrainingDraws {
+ public:
+  // weighting: DiffSynth's timestep weights; false: 1 (plain MSE).
+  TrainingDraws(const FlowMatchSchedule& schedule, bool weighting) : schedule_(schedule), weighting_(weighting) {}
+  // Draws the next sample's timestep and returns its noise [latent_shape] float32.
+  at::Tensor add(uint64_t seed, const std::string& key, at::IntArrayRef latent_shape);
+  // [B] float32 each, B = the samples added.
+  at::Tensor sigmas() const { return at::tensor(sigmas_, at::kFloat); }
+  at::Tensor timesteps() const { return at::tensor(timesteps_, at::kFloat); }
+  at::Tensor weights() const { return at::tensor(weights_, at::kFloat); }
+
+ private:
+  const FlowMatchSchedule& schedule_;
+  bool weighting_;
+  std::vector<float> sigmas_, timesteps_, weights_;
+};
 
 }  // namespace zeroshard::models::diffusion

@@ -1,7 +1,7 @@
 // The wan series' config keys and its pipeline module (series.h).
 #include "models/wan/series.h"
 
-#include "models/wan/flow_match.h"
+#include "models/diffusion/flow_match.h"
 #include "nn/layers.h"
 #include "util/text.h"
 
@@ -184,7 +184,7 @@ at::Tensor WanPipelineImpl::generate(const at::Tensor& ids, const at::Tensor& ma
       pos.push_back(encode_text(x[0].narrow(0, i, 1), x[1].narrow(0, i, 1)));
       neg.push_back(encode_text(x[2].narrow(0, i, 1), x[3].narrow(0, i, 1)));
     }
-    const wan::FlowMatchSchedule s = wan::flow_match_schedule(steps, shift, /*training=*/false);
+    const diffusion::FlowMatchSchedule s = diffusion::flow_match_schedule(steps, shift, /*training=*/false);
     std::vector<at::Tensor> lat;
     for (int64_t i = 0; i < B; ++i) lat.push_back(x[4][i]);
     for (int64_t j = 0; j < steps; ++j) {

@@ -6,7 +6,7 @@
 #include "io/safetensors.h"
 #include "io/video_codec.h"
 #include "models/wan/data.h"
-#include "models/wan/flow_match.h"
+#include "models/diffusion/flow_match.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "sample/sample.h"
@@ -53,7 +53,7 @@ class WanTask : public train::GeneratedSampleTask {
       : GeneratedSampleTask(cfg, rank, world),
         c_(cfg.series_config<WanSeriesConfig>()),
         data_(c_, static_cast<uint64_t>(cfg.data.seed)),
-        schedule_(wan::flow_match_schedule(1000, c_.shift, /*training=*/true)) {
+        schedule_(diffusion::flow_match_schedule(1000, c_.shift, /*training=*/true)) {
     {
       nn::DeferredInit deferred;
       model_ = WanPipeline(c_, /*with_dit=*/true, /*with_towers=*/!data_.cached());
@@ -87,7 +87,7 @@ class WanTask : public train::GeneratedSampleTask {
   at::Tensor loss(int64_t step, int64_t micro) override {
     const int64_t first = first_index(step, micro);
     WanBatch b;
-    std::vector<float> sigmas, timesteps, weights;
+    diffusion::TrainingDraws draws(schedule_, c_.timestep_weighting);
     for (int64_t i = 0; i < cfg_.train.micro_batch_size; ++i) {
       const int64_t n = first + i;
       const int64_t item = data_.item_of(n);
@@ -106,17 +106,11 @@ class WanTask : public train::GeneratedSampleTask {
         b.ids.push_back(ids);
         b.masks.push_back(mask);
       }
-      // Noise and the timestep (DiffSynth: an id uniform in [0, 1000)) from (data seed, n).
-      auto gen = nn::generator_for(static_cast<uint64_t>(cfg_.data.seed), "wan.noise." + std::to_string(n));
-      b.noises.push_back(at::randn(latent_shape, gen, at::kFloat));
-      const int64_t id = at::randint(0, schedule_.sigmas.size(0), {1}, gen, at::kLong).item<int64_t>();
-      sigmas.push_back(schedule_.sigmas[id].item<float>());
-      timesteps.push_back(schedule_.timesteps[id].item<float>());
-      weights.push_back(c_.timestep_weighting ? schedule_.weights[id].item<float>() : 1.0f);
+      b.noises.push_back(draws.add(static_cast<uint64_t>(cfg_.data.seed), "wan.noise." + std::to_string(n), latent_shape));
     }
-    b.sigmas = at::tensor(sigmas, at::kFloat);
-    b.timesteps = at::tensor(timesteps, at::kFloat);
-    b.weights = at::tensor(weights, at::kFloat);
+    b.sigmas = draws.sigmas();
+    b.timesteps = draws.timesteps();
+    b.weights = draws.weights();
     return model_->loss(b);
   }
 
@@ -140,7 +134,7 @@ class WanTask : public train::GeneratedSampleTask {
 
   const WanSeriesConfig& c_;
   wan::WanData data_;
-  wan::FlowMatchSchedule schedule_;
+  diffusion::FlowMatchSchedule schedule_;
   std::unique_ptr<text::SentencePieceTokenizer> tokenizer_;
   WanPipeline model_{nullptr};
 };

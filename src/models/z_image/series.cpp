@@ -53,7 +53,7 @@ class ZImageTask : public train::GeneratedSampleTask {
   at::Tensor loss(int64_t step, int64_t micro) override {
     const int64_t first = first_index(step, micro);
     ZImageBatch b;
-    std::vector<float> sigmas, timesteps, weights;
+    diffusion::TrainingDraws draws(schedule_, c_.timestep_weighting);
     const int64_t f = c_.spatial_factor();
     for (int64_t i = 0; i < cfg_.train.micro_batch_size; ++i) {
       const int64_t n = first + i;
@@ -70,17 +70,11 @@ class ZImageTask : public train::GeneratedSampleTask {
         b.images.push_back(data_.image(item));
         b.ids.push_back(prompt_ids(*tokenizer_, data_.prompt(item), c_.text_len));
       }
-      // Noise and the timestep (DiffSynth: an id uniform in [0, 1000)) from (data seed, n).
-      auto gen = nn::generator_for(static_cast<uint64_t>(cfg_.data.seed), "z_image.noise." + std::to_string(n));
-      b.noises.push_back(at::randn(latent_shape, gen, at::kFloat));
-      const int64_t id = at::randint(0, schedule_.sigmas.size(0), {1}, gen, at::kLong).item<int64_t>();
-      sigmas.push_back(schedule_.sigmas[id].item<float>());
-      timesteps.push_back(schedule_.timesteps[id].item<float>());
-      weights.push_back(c_.timestep_weighting ? schedule_.weights[id].item<float>() : 1.0f);
+      b.noises.push_back(draws.add(static_cast<uint64_t>(cfg_.data.seed), "z_image.noise." + std::to_string(n), latent_shape));
     }
-    b.sigmas = at::tensor(sigmas, at::kFloat);
-    b.timesteps = at::tensor(timesteps, at::kFloat);
-    b.weights = at::tensor(weights, at::kFloat);
+    b.sigmas = draws.sigmas();
+    b.timesteps = draws.timesteps();
+    b.weights = draws.weights();
     return model_->loss(b);
   }
 
