@@ -66,8 +66,10 @@ struct ShardOptions {
   // reduce-scatter (bitwise equal to one per unit). 0: one reduce-scatter per unit.
   int64_t reduce_bucket_bytes = 0;
   // Mixed precision: parameters are gathered and computed in param_dtype (kFloat or
-  // kBFloat16); masters and optimizer state stay fp32 in the shards. Gradients are
-  // reduce-scattered in reduce_dtype (kFloat or kBFloat16) and accumulated in fp32.
+  // kBFloat16); masters and optimizer state stay fp32 in the shards. Frozen parameters
+  // (requires_grad = false) have no master: under kBFloat16 they are stored as the bf16
+  // rounding of their source values (2 bytes each). Gradients are reduce-scattered in
+  // reduce_dtype (kFloat or kBFloat16) and accumulated in fp32.
   at::ScalarType param_dtype = at::kFloat;
   at::ScalarType reduce_dtype = at::kFloat;
   // Activation checkpointing of every unit but the root: activations are recomputed in
@@ -87,6 +89,9 @@ struct FlatBufferInfo {
   int64_t numel = 0;   // real elements
   int64_t padded = 0;  // numel rounded up to a multiple of the world size
   int64_t shard_size = 0;
+  // The dtype of the stored shard (local_shards()): float32 masters, or bfloat16 for a frozen
+  // buffer under bf16 param_dtype (it never updates, so it keeps no fp32 copy).
+  at::ScalarType dtype = at::kFloat;
   std::vector<ParamInfo> params;
   std::string key() const { return unit + (trainable ? "/trainable" : "/frozen"); }
 };
@@ -95,7 +100,7 @@ struct FlatBufferInfo {
 struct MemoryStats {
   int64_t num_params = 0;            // Ψ: parameters of the model (trainable + frozen)
   int64_t num_trainable = 0;
-  int64_t params_bytes = 0;          // resident parameter storage (full or shard)
+  int64_t params_bytes = 0;          // resident parameter storage (full or shard; frozen bf16: 2 bytes each)
   int64_t grads_bytes = 0;           // persistent gradient storage (full or shard)
   int64_t optim_bytes = 0;           // optimizer state (exp_avg + exp_avg_sq), set by the optimizer
   int64_t gathered_bytes = 0;        // currently gathered unit parameters (optim_grads_params)
@@ -149,12 +154,13 @@ class ShardedModel {
   double exposed_comm_seconds() const;
   void reset_exposed_comm();
 
-  // This rank's fp32 master slices of every flat buffer, unit by unit, trainable then frozen:
-  // identical bits under every strategy at the same world size (sliced over shard_comm()).
+  // This rank's slices of every flat buffer, unit by unit, trainable then frozen (fp32 masters;
+  // frozen buffers under bf16 param_dtype in bf16, FlatBufferInfo::dtype): identical bits under
+  // every strategy at the same world size (sliced over shard_comm()).
   std::vector<at::Tensor> local_shards() const;
   // The layout of those buffers, in the same order.
   std::vector<FlatBufferInfo> flat_buffers() const;
-  // Runs fn(name, full tensor) for every parameter, gathering one buffer at a time.
+  // Runs fn(name, full float32 tensor) for every parameter, gathering one buffer at a time.
   // A collective: every rank must call it.
   void for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn);
 

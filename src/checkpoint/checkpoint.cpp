@@ -83,6 +83,9 @@ Checkpoint::Checkpoint(const std::string& dir) : dir_(dir), open_(std::make_uniq
       rec.name = t.at("name").get<std::string>();
       rec.shape = t.at("shape").get<std::vector<int64_t>>();
       rec.trainable = t.at("trainable").get<bool>();
+      const std::string dtype = t.value("dtype", std::string("F32"));
+      if (dtype == "BF16") rec.dtype = at::kBFloat16;
+      else if (dtype != "F32") throw std::runtime_error("tensor '" + rec.name + "': dtype '" + dtype + "' is not F32 or BF16");
       rec.numel = 1;
       for (int64_t d : rec.shape) rec.numel *= d;
       int64_t covered = 0;
@@ -171,7 +174,11 @@ void Checkpoint::verify_once(const std::string& file) {
 void Checkpoint::read(const TensorRecord& t, const std::string& state, int64_t begin, int64_t end, at::Tensor out) {
   TORCH_CHECK(out.is_contiguous() && out.scalar_type() == at::kFloat && out.numel() == end - begin,
               "Checkpoint::read: out must be contiguous float32 of ", end - begin, " elements");
-  auto* dst = out.data_ptr<float>();
+  // A frozen tensor of a bf16 run was saved in bf16: read its bytes, then widen (exact).
+  const at::ScalarType saved = state == "param" ? t.dtype : at::kFloat;
+  const at::Tensor raw = saved == at::kFloat ? out : at::empty({end - begin}, saved);
+  auto* dst = static_cast<char*>(raw.data_ptr());
+  const uint64_t elem = c10::elementSize(saved);
   for (const auto& p : t.pieces) {
     const int64_t lo = std::max(begin, p.begin), hi = std::min(end, p.end);
     if (lo >= hi) continue;
@@ -181,9 +188,10 @@ void Checkpoint::read(const TensorRecord& t, const std::string& state, int64_t b
                                (t.trainable ? std::string() : std::string(" (it was frozen when saved)")));
     }
     verify_once(p.file);
-    open_->files.at(p.file)->read_at(off->second + static_cast<uint64_t>(lo - p.begin) * sizeof(float), dst + (lo - begin),
-                                     static_cast<uint64_t>(hi - lo) * sizeof(float));
+    open_->files.at(p.file)->read_at(off->second + static_cast<uint64_t>(lo - p.begin) * elem,
+                                     dst + static_cast<uint64_t>(lo - begin) * elem, static_cast<uint64_t>(hi - lo) * elem);
   }
+  if (saved != at::kFloat) out.copy_(raw);
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // Sharded checkpoints. A checkpoint is a folder `<root>/step_<8 digits>/` holding one file
-// per rank (its shard of every flat buffer: fp32 master values, AdamW exp_avg and exp_avg_sq,
-// its CPU RNG state; each file in safetensors layout) and manifest.json: for every original
+// per rank (its shard of every flat buffer: fp32 master values — frozen buffers of a bf16
+// param_dtype run as their stored bf16 values, the manifest's tensor "dtype" "BF16" —, AdamW
+// exp_avg and exp_avg_sq, its CPU RNG state; each file in safetensors layout) and manifest.json: for every original
 // tensor its name, shape, dtype and where its pieces live (file, byte offset per state,
 // element range, buffer padding), a CRC-32 and size per file, the step, the config and the
 // optimizer step count. `<root>/latest` names the newest complete checkpoint and is moved
@@ -61,6 +62,9 @@ struct TensorRecord {
   std::vector<int64_t> shape;
   bool trainable = true;
   int64_t numel = 0;
+  // The saved dtype of the "param" state: kFloat, or kBFloat16 for a frozen tensor of a bf16
+  // param_dtype run (it had no fp32 master). Optimizer states are float32.
+  at::ScalarType dtype = at::kFloat;
   std::vector<Piece> pieces;  // sorted by begin, covering [0, numel)
 };
 
@@ -92,7 +96,7 @@ class Checkpoint {
   const TensorRecord* find(const std::string& name) const;
 
   // Elements [begin, end) of `state` ("param", "exp_avg", "exp_avg_sq") of a tensor into
-  // out (float32). Every file touched is first checked once: present, of the manifest's
+  // out (float32; a bf16-saved tensor is widened, exactly). Every file touched is first checked once: present, of the manifest's
   // size, and with its CRC-32.
   void read(const TensorRecord& t, const std::string& state, int64_t begin, int64_t end, at::Tensor out);
   // Checks one file (present, size, CRC); returns "" when fine, else what is wrong.

@@ -153,8 +153,8 @@ bool describe(const std::string& checkpoint_dir, std::string* text, bool list_te
     for (const auto& t : ck.tensors()) {
       const std::string shape = io::shape_text(t.shape);
       char line[512];
-      std::snprintf(line, sizeof(line), "  %-44s %-16s F32 %-9s %zu piece%s\n", t.name.c_str(), shape.c_str(),
-                    t.trainable ? "trainable" : "frozen", t.pieces.size(), t.pieces.size() == 1 ? "" : "s");
+      std::snprintf(line, sizeof(line), "  %-44s %-16s %-3s %-9s %zu piece%s\n", t.name.c_str(), shape.c_str(),
+                    t.dtype == at::kBFloat16 ? "BF16" : "F32", t.trainable ? "trainable" : "frozen", t.pieces.size(), t.pieces.size() == 1 ? "" : "s");
       out << line;
     }
   }

@@ -101,7 +101,7 @@ std::string save_checkpoint(const std::string& root, ShardedModel& model, Sharde
   size_t optim_index = 0;
   for (size_t b = 0; b < buffers.size(); ++b) {
     const auto& info = buffers[b];
-    entries.push_back({info.key() + ".param", at::kFloat, {info.shard_size}});
+    entries.push_back({info.key() + ".param", info.dtype, {info.shard_size}});  // frozen under bf16: bf16
     tensors.push_back(shards[b]);
     if (info.trainable && !options.model_only) {
       entries.push_back({info.key() + ".exp_avg", at::kFloat, {info.shard_size}});
@@ -162,13 +162,14 @@ std::string save_checkpoint(const std::string& root, ShardedModel& model, Sharde
           for (const char* state : {"param", "exp_avg", "exp_avg_sq"}) {
             auto it = entry_begin.find(info.key() + "." + state);
             if (it == entry_begin.end()) continue;
+            const uint64_t elem = std::string(state) == "param" ? c10::elementSize(info.dtype) : sizeof(float);
             offsets[state] = static_cast<uint64_t>(a[3 * r + 2]) + it->second +
-                             static_cast<uint64_t>(lo - r * info.shard_size) * sizeof(float);
+                             static_cast<uint64_t>(lo - r * info.shard_size) * elem;
           }
           pieces.push_back({{"rank", r}, {"file", rank_file_name(r, world)}, {"begin", lo - p.offset},
                             {"end", hi - p.offset}, {"offsets", offsets}});
         }
-        tensor_list.push_back({{"name", p.name}, {"shape", p.shape}, {"dtype", "F32"}, {"trainable", info.trainable},
+        tensor_list.push_back({{"name", p.name}, {"shape", p.shape}, {"dtype", info.dtype == at::kBFloat16 ? "BF16" : "F32"}, {"trainable", info.trainable},
                                {"buffer", b}, {"buffer_offset", p.offset}, {"pieces", pieces}});
       }
     }

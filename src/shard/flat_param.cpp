@@ -9,7 +9,8 @@ namespace zeroshard::shard {
 FlatParam::FlatParam(std::string unit_name, bool trainable, std::vector<ParamSlot> slots, int rank, int world_size,
                      bool shard_params, bool full_master, at::ScalarType compute_dtype)
     : unit_name_(std::move(unit_name)), trainable_(trainable), slots_(std::move(slots)), rank_(rank),
-      shard_params_(shard_params), keep_full_master_(full_master && !shard_params), compute_dtype_(compute_dtype) {
+      shard_params_(shard_params), keep_full_master_(full_master && !shard_params), compute_dtype_(compute_dtype),
+      storage_dtype_(trainable_ ? at::kFloat : compute_dtype) {
   int64_t total = 0;
   for (auto& s : slots_) {
     if (s.param.scalar_type() != at::kFloat) {
@@ -27,7 +28,10 @@ FlatParam::FlatParam(std::string unit_name, bool trainable, std::vector<ParamSlo
 
 void FlatParam::materialize(ParamSource* source, Communicator& comm) {
   const int64_t begin = layout_.shard_begin(rank_);
-  at::Tensor shard = at::zeros({layout_.shard_size}, at::kFloat);  // padding stays zero
+  // Frozen under mixed precision: stored in the compute dtype. Each range is read in fp32 (what
+  // sources deliver) and rounded once, as the cast of an fp32 master before a gather would.
+  const bool rounded = storage_dtype_ != at::kFloat;
+  at::Tensor shard = at::zeros({layout_.shard_size}, storage_dtype_);  // padding stays zero
   {
     at::NoGradGuard no_grad;
     for (const auto& s : slots_) {
@@ -35,19 +39,22 @@ void FlatParam::materialize(ParamSource* source, Communicator& comm) {
       layout_.intersect(rank_, s.offset, s.offset + s.numel, &lo, &hi);
       if (lo >= hi) continue;
       at::Tensor dst = shard.narrow(0, lo - begin, hi - lo);
+      at::Tensor values = rounded ? at::empty({hi - lo}, at::kFloat) : dst;  // one parameter's range at most
       if (source != nullptr) {
-        source->read(s, lo - s.offset, hi - s.offset, dst);
+        source->read(s, lo - s.offset, hi - s.offset, values);
       } else {
-        dst.copy_(s.param.detach().reshape({-1}).narrow(0, lo - s.offset, hi - lo));
+        values.copy_(s.param.detach().reshape({-1}).narrow(0, lo - s.offset, hi - lo));
       }
+      if (rounded) dst.copy_(values);
     }
   }
   full_ = at::empty({layout_.padded}, compute_dtype_);  // under optim_grads_params its bytes go at once
   if (shard_params_) {
     shard_ = shard;
-  } else if (!mixed()) {
-    comm.all_gather(shard, full_);  // the fp32 full buffer is both master and compute copy
-    master_full_ = full_;
+  } else if (!mixed() || rounded) {
+    // The full buffer in the stored dtype is both the stored values and the compute copy.
+    comm.all_gather(shard, full_);
+    if (!mixed()) master_full_ = full_;
     shard_ = full_.narrow(0, begin, layout_.shard_size);
   } else {
     at::Tensor master = at::empty({layout_.padded}, at::kFloat);
@@ -71,7 +78,7 @@ void FlatParam::materialize(ParamSource* source, Communicator& comm) {
 
 int64_t FlatParam::resident_bytes() const {
   if (shard_params_) return shard_bytes();
-  if (!mixed()) return full_bytes();
+  if (!mixed() || storage_dtype_ != at::kFloat) return full_bytes();  // shard_ views full_
   return full_bytes() + (master_full_.defined() ? layout_.padded * static_cast<int64_t>(sizeof(float)) : shard_bytes());
 }
 

@@ -1,5 +1,5 @@
-// One unit's parameters of one kind (trainable or frozen), flattened into a contiguous fp32
-// buffer. Module parameters become views into `full`; under optim_grads_params the bytes of
+// One unit's parameters of one kind (trainable or frozen), flattened into a contiguous
+// buffer (fp32; a frozen buffer under bf16 mixed precision is stored in bf16, see FlatParam). Module parameters become views into `full`; under optim_grads_params the bytes of
 // `full` are released between uses while the storage object (and thus every view autograd
 // saved) stays the same.
 #pragma once
@@ -22,6 +22,11 @@ struct ParamSlot : ParamInfo {
 // Mixed precision (compute dtype bf16): the module's parameters view a bf16 `full` buffer,
 // while the fp32 master values live in `shard` (and, under no_shard, in a full fp32 master the
 // optimizer updates). Gathers move bf16; gradients arrive in bf16 and are reduced in fp32.
+//
+// A frozen buffer never updates, so under mixed precision it keeps no fp32 master: `shard` is
+// the bf16 rounding of the source's fp32 values (2 bytes per element; replicated strategies keep
+// only the bf16 `full` buffer, `shard` a view into it). What forward sees is the same bf16
+// rounding an fp32 master would have been gathered as, so results do not change.
 class FlatParam {
  public:
   // Lays the slots out; no values yet (see materialize). full_master: keep the whole buffer's
@@ -42,16 +47,21 @@ class FlatParam {
   const ShardLayout& layout() const { return layout_; }
   at::ScalarType compute_dtype() const { return compute_dtype_; }
   bool mixed() const { return compute_dtype_ != at::kFloat; }
-  // Bytes of the full compute buffer (what a gather materializes) and of an fp32 shard.
+  // The dtype of `shard`: fp32 masters, or the compute dtype for a frozen buffer under mixed
+  // precision (nothing to update, so no fp32 copy).
+  at::ScalarType storage_dtype() const { return storage_dtype_; }
+  // Bytes of the full compute buffer (what a gather materializes) and of this rank's shard.
   int64_t full_bytes() const { return layout_.padded * static_cast<int64_t>(c10::elementSize(compute_dtype_)); }
-  int64_t shard_bytes() const { return layout_.shard_size * static_cast<int64_t>(sizeof(float)); }
-  // Parameter bytes this rank keeps between steps (fp32 masters + a replicated compute copy).
+  int64_t shard_bytes() const { return layout_.shard_size * static_cast<int64_t>(c10::elementSize(storage_dtype_)); }
+  // Parameter bytes this rank keeps between steps (masters or frozen values + a replicated
+  // compute copy).
   int64_t resident_bytes() const;
 
   // The full compute buffer (padded) the parameters view. Its bytes exist only while
   // gathered under optim_grads_params.
   const at::Tensor& full() const { return full_; }
-  // This rank's fp32 master slice: a view into the fp32 full master when there is one.
+  // This rank's slice in storage_dtype(): the fp32 masters (a view into the fp32 full master
+  // when there is one), or a frozen buffer's bf16 values (a view into `full` when replicated).
   const at::Tensor& shard() const { return shard_; }
   // The fp32 master values of the whole buffer, when this rank keeps them (replicated fp32
   // parameters, or no_shard); undefined otherwise.
@@ -80,6 +90,7 @@ class FlatParam {
   bool shard_params_;
   bool keep_full_master_;
   at::ScalarType compute_dtype_;
+  at::ScalarType storage_dtype_;
   at::Tensor full_;
   at::Tensor master_full_;
   at::Tensor shard_;

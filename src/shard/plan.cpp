@@ -76,8 +76,10 @@ ModelPlan plan_model(const std::shared_ptr<torch::nn::Module>& module, const Sha
     for (const Buffer& b : buffers) {
       const int64_t shard = b.layout.shard_size, padded = b.layout.padded;
       const bool full_master = b.trainable && plan.full_master && !b.sharded;
-      if (b.sharded) c.params_bytes += shard * 4;
-      else if (!mixed) c.params_bytes += padded * 4;
+      // A frozen buffer keeps no fp32 master: it is stored in the compute dtype (bf16: 2 bytes).
+      const int64_t stored = b.trainable ? 4 : ce;
+      if (b.sharded) c.params_bytes += shard * stored;
+      else if (!mixed || !b.trainable) c.params_bytes += padded * ce;
       else c.params_bytes += padded * ce + (full_master ? padded * 4 : shard * 4);
       if (!b.trainable) continue;
       c.grads_bytes += (plan.shard_grads ? shard : padded) * 4;

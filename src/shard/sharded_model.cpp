@@ -273,11 +273,13 @@ void ShardedModel::Impl::for_each_full_parameter(
   for (auto& u : units_) {
     for (FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
       if (f == nullptr) continue;
-      // The fp32 master values: kept whole on this rank, or gathered for this buffer only.
+      // The fp32 master values: kept whole on this rank, or gathered for this buffer only. A
+      // frozen buffer stored in bf16 is gathered as such and widened (exact).
       at::Tensor full = f->master_full();
       if (!full.defined()) {
-        full = at::empty({f->layout().padded}, at::kFloat);
+        full = at::empty({f->layout().padded}, f->storage_dtype());
         shard_comm_->all_gather(f->shard(), full);
+        if (full.scalar_type() != at::kFloat) full = full.to(at::kFloat);
       }
       for (const auto& s : f->slots()) fn(s.name, full.narrow(0, s.offset, s.numel).view(s.shape));
     }
@@ -305,6 +307,7 @@ std::vector<FlatBufferInfo> ShardedModel::Impl::flat_buffers() const {
       info.numel = f->layout().numel;
       info.padded = f->layout().padded;
       info.shard_size = f->layout().shard_size;
+      info.dtype = f->storage_dtype();
       for (const auto& s : f->slots()) info.params.push_back(s);
       out.push_back(std::move(info));
     }

@@ -34,10 +34,12 @@ def verify(export, ckpt, dtype):
         for d in t["shape"]:
             numel *= d
         parts = []
+        # Frozen tensors of a bf16 param_dtype run are saved in bf16 (manifest dtype "BF16").
+        saved, size = (torch.bfloat16, 2) if t.get("dtype", "F32") == "BF16" else (torch.float32, 4)
         for p in t["pieces"]:
             off = p["offsets"]["param"]
-            parts.append(torch.frombuffer(bytearray(contents[p["file"]][off:off + 4 * (p["end"] - p["begin"])]), dtype=torch.float32))
-        full = torch.cat(parts).reshape(t["shape"])
+            parts.append(torch.frombuffer(bytearray(contents[p["file"]][off:off + size * (p["end"] - p["begin"])]), dtype=saved))
+        full = torch.cat(parts).reshape(t["shape"]).to(torch.float32)
         assert full.numel() == numel
         want = full if dtype == "fp32" else full.to(torch.bfloat16)
         got = exported[t["name"]]

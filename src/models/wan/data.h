@@ -55,6 +55,13 @@ at::Tensor load_media(const WanSeriesConfig& c, const std::string& path);
 // The towers' initial values: seeded (wan_init), or wan.vae_from / wan.text_encoder_from.
 std::shared_ptr<ParamSource> wan_initial_source(const WanSeriesConfig& c, uint64_t seed);
 
+// wan.dit_from: the DiT's parameters (our names = Wan's original names, without "dit.") from
+// the released diffusion_pytorch_model.safetensors or its .index.json + shards, in Wan's
+// original names or the diffusers layout (told apart by the file's names; read through
+// dit_diffusers_name_map), each rank reading only the byte ranges of its shards. check() names
+// the file and any missing, unexpected or mis-shaped tensor.
+std::shared_ptr<ParamSource> dit_file_source(const std::string& path);
+
 // `zeroshard prepare` for the wan series (Series::prepare).
 std::string prepare_cache(const train::TrainConfig& cfg, const RendezvousInfo& rdv);
 

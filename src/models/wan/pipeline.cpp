@@ -34,6 +34,9 @@ void WanSeriesConfig::register_keys(train::ConfigKeys& k) {
   k.add_string("wan.vae_from", &vae_from, {}, "the frozen VAE's safetensors (Wan2.1_VAE names); empty: seeded");
   k.add_string("wan.text_encoder_from", &text_encoder_from, {},
                "the frozen umT5 encoder's safetensors (Wan's T5Encoder names); empty: seeded");
+  k.add_string("wan.dit_from", &dit_from, {},
+               "the DiT's initial values: the released diffusion_pytorch_model.safetensors (or its .index.json), "
+               "Wan's original names or the diffusers layout; adapters stay seeded; empty: seeded");
   k.add_string("wan.tokenizer", &tokenizer, {}, "the umT5 SentencePiece model (spiece.model) for prompts");
   k.add_string("wan.dataset", &dataset, {}, "a DiffSynth dataset folder: metadata.csv (video or image, prompt) + media");
   k.add_string("wan.cache", &cache, {},
@@ -63,7 +66,6 @@ t5::T5Config WanSeriesConfig::t5_config() const { return t5; }
 wan::WanVaeConfig WanSeriesConfig::vae_config() const { return vae; }
 
 void WanSeriesConfig::validate(const train::TrainConfig& c) const {
-  (void)c;
   dit_config().validate();
   t5_config().validate();
   vae_config().validate();
@@ -75,6 +77,10 @@ void WanSeriesConfig::validate(const train::TrainConfig& c) const {
   if ((num_frames - 1) % vae.time_factor() != 0) {
     throw std::invalid_argument("wan.num_frames must be 1 + " + std::to_string(vae.time_factor()) + "k, got " +
                                 std::to_string(num_frames));
+  }
+  if (!dit_from.empty() && !c.init_from.empty()) {
+    throw std::invalid_argument("wan.dit_from and model.init_from both give the DiT's initial values (" + dit_from +
+                                ", " + c.init_from + "): set one");
   }
   if (cache.empty() && dataset.empty()) {
     throw std::invalid_argument("wan: set wan.cache (a prepared conditioning cache) or wan.dataset (towers in the loop)");

@@ -9,6 +9,7 @@
 #include "models/diffusion/flow_match.h"
 #include "nn/init.h"
 #include "nn/layers.h"
+#include "nn/name_map.h"
 #include "sample/sample.h"
 #include "train/task.h"
 #include "util/text.h"
@@ -16,6 +17,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
@@ -35,6 +37,32 @@ std::shared_ptr<ParamSource> wan_initial_source(const WanSeriesConfig& c, uint64
   from_file(c.vae_from, "vae.");
   from_file(c.text_encoder_from, "text_encoder.");
   return source;
+}
+
+std::shared_ptr<ParamSource> dit_file_source(const std::string& path) {
+  if (!std::filesystem::exists(path)) throw std::invalid_argument("wan.dit_from: file '" + path + "' does not exist");
+  // The file's tensor names tell the layouts apart: only diffusers has condition_embedder.*
+  // and a top-level scale_shift_table.
+  std::vector<std::string> names;
+  if (util::ends_with(path, ".index.json")) {
+    std::ifstream in(path);
+    nlohmann::json index;
+    try {
+      index = nlohmann::json::parse(in);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("wan.dit_from: " + path + ": not valid JSON (" + e.what() + ")");
+    }
+    if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
+      throw std::runtime_error("wan.dit_from: " + path + ": no \"weight_map\" object");
+    }
+    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) names.push_back(it.key());
+  } else {
+    const io::SafetensorsFile file(path);
+    for (const auto& e : file.entries()) names.push_back(e.name);
+  }
+  bool diffusers = false;
+  for (const auto& n : names) diffusers = diffusers || util::starts_with(n, "condition_embedder.") || n == "scale_shift_table";
+  return nn::name_mapped_param_source(path, diffusers ? dit_diffusers_name_map() : nn::NameMap());
 }
 
 }  // namespace wan
@@ -76,12 +104,22 @@ class WanTask : public train::GeneratedSampleTask {
     wan_init(c_, static_cast<uint64_t>(cfg_.train.seed), name, param);
   }
   std::shared_ptr<ParamSource> initial_source(std::shared_ptr<ParamSource> seeded) const override {
-    if (data_.cached()) return seeded;
-    // Seeded DiT and adapters; the towers from their files when given.
-    std::shared_ptr<ParamSource> towers = wan::wan_initial_source(c_, static_cast<uint64_t>(cfg_.train.seed));
-    return combine_param_sources(seeded, towers, [](const std::string& n) {
-      return util::starts_with(n, "vae.") || util::starts_with(n, "text_encoder.");
-    });
+    // Seeded DiT and adapters; the DiT's base from wan.dit_from and the towers from their files
+    // when given.
+    std::shared_ptr<ParamSource> source = seeded;
+    if (!data_.cached()) {
+      std::shared_ptr<ParamSource> towers = wan::wan_initial_source(c_, static_cast<uint64_t>(cfg_.train.seed));
+      source = combine_param_sources(source, towers, [](const std::string& n) {
+        return util::starts_with(n, "vae.") || util::starts_with(n, "text_encoder.");
+      });
+    }
+    if (!c_.dit_from.empty()) {
+      source = combine_param_sources(source, prefixed_param_source(wan::dit_file_source(c_.dit_from), "dit."),
+                                     [](const std::string& n) {
+                                       return util::starts_with(n, "dit.") && !nn::is_lora_parameter(n);
+                                     });
+    }
+    return source;
   }
 
   at::Tensor loss(int64_t step, int64_t micro) override {

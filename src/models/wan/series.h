@@ -38,6 +38,9 @@ struct WanSeriesConfig : train::SeriesConfigBase<WanSeriesConfig> {
   wan::WanVaeConfig vae;  // wan.vae_dim, vae_num_res_blocks (z_dim 16, released mean / std)
   // Files: the frozen towers (empty: seeded), the umT5 tokenizer's spiece.model.
   std::string vae_from, text_encoder_from, tokenizer;
+  // The DiT's initial values from the released diffusion_pytorch_model*.safetensors (a file or
+  // its .index.json; Wan's original names or the diffusers layout); empty: seeded.
+  std::string dit_from;
   // Data.
   std::string dataset;  // a DiffSynth folder: metadata.csv (video or image, prompt) + media
   std::string cache;    // a prepared conditioning cache; empty: towers in the loop
