@@ -42,7 +42,7 @@ ConfigKeys config_keys(TrainConfig& c) {
   // model.series is read before the other keys (it decides which keys exist): see load_config.
   k.add_string("model.series", &c.series, series_names, "the model series (src/models/<series>/)");
   k.add_string("model.init_from", &c.init_from, {},
-               "a safetensors file (or index) with every parameter; LoRA: every base parameter");
+               "a safetensors file (or index) or a torch.save state dict (.pth) with every parameter; LoRA: every base parameter");
 
   TrainSection& t = c.train;
   k.add_int("train.steps", &t.steps, 1, big, "optimizer steps");

@@ -4,6 +4,7 @@
 #include "checkpoint/peft.h"
 #include "io/run_lock.h"
 #include "io/safetensors.h"
+#include "io/torch_pth.h"
 #include "io/tensorboard.h"
 #include "models/series.h"
 #include "nn/layers.h"
@@ -303,7 +304,7 @@ void Trainer::setup() {
     shard.param_source = s.resume->param_source();
   } else if (!cfg.init_from.empty()) {
     // A LoRA run starts from a base model's file; its fresh adapters come from the seeded init.
-    shard.param_source = io::safetensors_param_source(cfg.init_from);
+    shard.param_source = io::checkpoint_param_source(cfg.init_from);
     if (cfg.lora.rank > 0) shard.param_source = combine_param_sources(shard.param_source, seeded, nn::is_lora_parameter);
   } else {
     shard.param_source = s.task->initial_source(seeded);

@@ -10,6 +10,7 @@
 #include "data/shapes.h"
 #include "io/png.h"
 #include "io/safetensors.h"
+#include "io/torch_pth.h"
 #include "models/text/text_encoder.h"
 #include "models/vae/series.h"
 #include "nn/init.h"
@@ -90,7 +91,7 @@ class PipelineTask : public train::GeneratedSampleTask {
     std::shared_ptr<ParamSource> source = std::move(seeded);
     auto from_file = [&source](const std::string& path, const std::string& prefix) {
       if (path.empty()) return;
-      source = combine_param_sources(source, prefixed_param_source(io::safetensors_param_source(path), prefix),
+      source = combine_param_sources(source, prefixed_param_source(io::checkpoint_param_source(path), prefix),
                                      [prefix](const std::string& n) { return util::starts_with(n, prefix); });
     };
     from_file(series_.vae_from, "vae.");

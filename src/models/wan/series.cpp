@@ -4,6 +4,7 @@
 #include "checkpoint/checkpoint.h"
 #include "io/png.h"
 #include "io/safetensors.h"
+#include "io/torch_pth.h"
 #include "io/video_codec.h"
 #include "models/wan/data.h"
 #include "models/diffusion/flow_match.h"
@@ -31,7 +32,7 @@ std::shared_ptr<ParamSource> wan_initial_source(const WanSeriesConfig& c, uint64
   auto from_file = [&source](const std::string& path, const std::string& prefix) {
     if (path.empty()) return;
     if (!std::filesystem::exists(path)) throw std::invalid_argument("wan: tower file '" + path + "' does not exist");
-    source = combine_param_sources(source, prefixed_param_source(io::safetensors_param_source(path), prefix),
+    source = combine_param_sources(source, prefixed_param_source(io::checkpoint_param_source(path), prefix),
                                    [prefix](const std::string& n) { return util::starts_with(n, prefix); });
   };
   from_file(c.vae_from, "vae.");

@@ -2,6 +2,7 @@
 
 #include "io/image_codec.h"
 #include "io/safetensors.h"
+#include "io/torch_pth.h"
 #include "models/diffusion/image_folder.h"
 #include "nn/init.h"
 #include "text/chat_template.h"
@@ -85,7 +86,7 @@ std::shared_ptr<ParamSource> initial_source(const ZImageSeriesConfig& c, const Z
   auto from_file = [&source](const std::string& path, const std::string& prefix, const std::string& key) {
     if (path.empty()) return;
     if (!std::filesystem::exists(path)) throw std::invalid_argument(key + ": file '" + path + "' does not exist");
-    source = combine_param_sources(source, prefixed_param_source(io::safetensors_param_source(path), prefix),
+    source = combine_param_sources(source, prefixed_param_source(io::checkpoint_param_source(path), prefix),
                                    [prefix](const std::string& n) { return util::starts_with(n, prefix); });
   };
   from_file(c.vae_from, "vae.", "z_image.vae_from");

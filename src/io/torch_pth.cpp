@@ -1,0 +1,157 @@
+#include "io/torch_pth.h"
+
+#include "io/safetensors.h"
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+
+namespace zeroshard::io {
+
+bool is_torch_save_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {0, 0, 0, 0};
+  in.read(magic, 4);
+  return in.gcount() == 4 && std::memcmp(magic, "PK\x03\x04", 4) == 0;  // a zip archive's first local header
+}
+
+namespace {
+
+// The file, mapped read-only for the source's life.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) : path_(path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error("cannot open '" + path + "': " + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || st.st_size == 0) {
+      ::close(fd);
+      throw std::runtime_error("'" + path + "' is empty or cannot be read");
+    }
+    size_ = static_cast<size_t>(st.st_size);
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) throw std::runtime_error("cannot map '" + path + "': " + std::strerror(errno));
+    data_ = static_cast<char*>(p);
+  }
+  ~MappedFile() { ::munmap(data_, size_); }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  std::string path_;
+  char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+class TorchPthSource : public ParamSource {
+ public:
+  explicit TorchPthSource(const std::string& path) : path_(path) {
+    if (!is_torch_save_file(path)) {
+      throw std::runtime_error(path + ": not a torch.save zip archive (files from PyTorch >= 1.6 are; re-save an "
+                               "older one with torch.save(torch.load(f), f), or convert it to safetensors)");
+    }
+    file_ = std::make_shared<MappedFile>(path);
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    if (!reader.hasRecord("data.pkl")) throw std::runtime_error(path + ": a zip archive without data.pkl (not torch.save)");
+    auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+    size_t pos = 0;
+    auto read_pickle = [&, data = static_cast<const char*>(pickle.get())](char* out, size_t n) {
+      const size_t take = std::min(n, pickle_size - pos);
+      std::memcpy(out, data + pos, take);
+      pos += take;
+      return take;
+    };
+    std::shared_ptr<MappedFile> keep = file_;
+    auto read_record = [&reader, keep, this](const std::string& key) {
+      const std::string name = "data/" + key;
+      if (!reader.hasRecord(name)) throw std::runtime_error(path_ + ": the pickle names storage '" + key + "', which the archive lacks");
+      const size_t offset = reader.getRecordOffset(name);
+      if (offset > keep->size()) throw std::runtime_error(path_ + ": storage '" + key + "' lies past the end of the file");
+      // A view on the mapping (no deleter): the tensors live no longer than this source.
+      return at::DataPtr(keep->data() + offset, at::Device(at::kCPU));
+    };
+    auto no_classes = [this](const c10::QualifiedName& name) -> c10::StrongTypePtr {
+      throw std::runtime_error(path_ + ": holds an object of class " + name.qualifiedName() +
+                               "; only a state dict (names to tensors) loads");
+    };
+    torch::jit::Unpickler unpickler(read_pickle, no_classes, nullptr, read_record, c10::nullopt);
+    unpickler.set_version(reader.version());
+    const c10::IValue root = unpickler.parse_ivalue();
+    if (!root.isGenericDict()) {
+      throw std::runtime_error(path_ + ": holds a " + root.tagKind() + ", not a state dict (names to tensors)");
+    }
+    for (const auto& item : root.toGenericDict()) {
+      if (!item.key().isString() || !item.value().isTensor()) {
+        throw std::runtime_error(path_ + ": the state dict has an entry that is not name -> tensor (" +
+                                 item.key().tagKind() + " -> " + item.value().tagKind() + ")");
+      }
+      tensors_[item.key().toStringRef()] = item.value().toTensor();
+    }
+  }
+
+  void check(const std::vector<ParamInfo>& params) override {
+    std::map<std::string, bool> wanted;
+    for (const auto& p : params) {
+      wanted[p.name] = true;
+      auto it = tensors_.find(p.name);
+      if (it == tensors_.end()) {
+        throw std::runtime_error(path_ + ": has no tensor '" + p.name + "' (the model's parameter, shape " +
+                                 shape_text(p.shape) + "); it holds " + std::to_string(tensors_.size()) + " tensors" +
+                                 (tensors_.empty() ? "" : ", e.g. '" + tensors_.begin()->first + "'"));
+      }
+      const at::Tensor& t = it->second;
+      if (t.sizes().vec() != p.shape) {
+        throw std::runtime_error(path_ + ": tensor '" + p.name + "' has shape " + shape_text(t.sizes().vec()) +
+                                 " but the model expects " + shape_text(p.shape));
+      }
+      if (!at::isFloatingType(t.scalar_type())) {
+        throw std::runtime_error(path_ + ": tensor '" + p.name + "' has dtype " + std::string(c10::toString(t.scalar_type())) +
+                                 "; parameters load from float32, bfloat16, float16 or float64");
+      }
+    }
+    for (const auto& [name, t] : tensors_) {
+      if (!wanted.count(name)) {
+        throw std::runtime_error(path_ + ": tensor '" + name +
+                                 "' is not a parameter of this model (wrong model config, or a file for another model)");
+      }
+    }
+  }
+
+  void read(const ParamInfo& param, int64_t begin, int64_t end, at::Tensor out) override {
+    auto it = tensors_.find(param.name);
+    if (it == tensors_.end()) throw std::runtime_error(path_ + ": has no tensor '" + param.name + "'");
+    // reshape is a view for the contiguous tensors a state dict holds; narrow touches only the
+    // range's pages of the mapping; the copy widens bf16 / f16 exactly.
+    out.copy_(it->second.reshape({-1}).narrow(0, begin, end - begin));
+  }
+
+ private:
+  std::string path_;
+  std::shared_ptr<MappedFile> file_;
+  std::map<std::string, at::Tensor> tensors_;
+};
+
+}  // namespace
+
+std::shared_ptr<ParamSource> torch_pth_param_source(const std::string& path) {
+  return std::make_shared<TorchPthSource>(path);
+}
+
+std::shared_ptr<ParamSource> checkpoint_param_source(const std::string& path) {
+  return is_torch_save_file(path) ? torch_pth_param_source(path) : safetensors_param_source(path);
+}
+
+}  // namespace zeroshard::io
