@@ -89,7 +89,13 @@ class TorchPthSource : public ParamSource {
     };
     torch::jit::Unpickler unpickler(read_pickle, no_classes, nullptr, read_record, c10::nullopt);
     unpickler.set_version(reader.version());
-    const c10::IValue root = unpickler.parse_ivalue();
+    c10::IValue root;
+    try {
+      root = unpickler.parse_ivalue();
+    } catch (const c10::Error& e) {
+      throw std::runtime_error(path_ + ": its pickle cannot be read as a state dict (libtorch's unpickler: " +
+                               e.what_without_backtrace() + "); only a dict of names to tensors loads");
+    }
     if (!root.isGenericDict()) {
       throw std::runtime_error(path_ + ": holds a " + root.tagKind() + ", not a state dict (names to tensors)");
     }

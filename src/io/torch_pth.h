@@ -6,7 +6,9 @@
 // The pickle is read with libtorch's own unpickler, but the storages are not loaded: the file is
 // memory-mapped and every tensor is a view on its zip entry, so a rank reading its shard's byte
 // ranges touches only those pages (libtorch's torch::pickle_load reads the whole file into memory
-// on every rank: ~11 GB for the umT5 file).
+// on every rank: ~11 GB for the umT5 file). libtorch's unpickler knows the opcodes torch.save
+// writes for a state dict of two or more entries; a single-entry dict (or a final batch of one
+// after 1,000s) uses SETITEM, which it refuses -- reported naming the file.
 #pragma once
 
 #include "zeroshard/param_source.h"

@@ -78,8 +78,12 @@ TEST(TorchPth, RefusesWhatIsNotTheModelsStateDict) {
   EXPECT_NE(message(missing).find(missing + ": has no tensor '"), std::string::npos) << message(missing);
   const std::string extra = save_pth(dir, "float32", "sd['head.extra'] = torch.zeros(2); ");
   EXPECT_NE(message(extra).find("tensor 'head.extra' is not a parameter of this model"), std::string::npos) << message(extra);
-  const std::string wrapped = save_pth(dir, "float32", "sd = [sd]; ");
-  EXPECT_NE(message(wrapped).find("not a state dict"), std::string::npos) << message(wrapped);
+  const std::string wrapped = save_pth(dir, "float32", "sd = {'state_dict': sd, 'epoch': torch.zeros(1)}; ");
+  EXPECT_NE(message(wrapped).find(wrapped + ": the state dict has an entry that is not name -> tensor"), std::string::npos)
+      << message(wrapped);
+  const std::string listed = save_pth(dir, "float32", "sd = [sd]; ");
+  EXPECT_NE(message(listed).find(listed + ": its pickle cannot be read as a state dict"), std::string::npos)
+      << message(listed);
   const std::string text = dir + "/not_a_zip.pth";
   std::ofstream(text) << "hello";
   EXPECT_NE(message(text).find(text + ": not a torch.save zip archive"), std::string::npos) << message(text);
