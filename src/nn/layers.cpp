@@ -80,6 +80,17 @@ using util::ends_with;
 
 bool is_lora_parameter(const std::string& name) { return ends_with(name, ".lora_a") || ends_with(name, ".lora_b"); }
 
+double active_lora_parameters(const torch::nn::Module& model, int64_t top_k, int64_t n_experts) {
+  double adapters = 0.0;
+  for (const auto& p : model.named_parameters(/*recurse=*/true)) {
+    if (!is_lora_parameter(p.key())) continue;
+    const bool expert = p.key().find(".experts.") != std::string::npos;
+    adapters += static_cast<double>(p.value().numel()) *
+                (expert ? static_cast<double>(top_k) / static_cast<double>(n_experts) : 1.0);
+  }
+  return adapters;
+}
+
 void lora_init(uint64_t seed, const std::string& name, at::Tensor& param) {
   if (ends_with(name, ".lora_b")) {
     init_constant(param, 0.0);

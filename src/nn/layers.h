@@ -40,6 +40,9 @@ std::vector<std::string> apply_lora(torch::nn::Module& root, const LoraOptions& 
 
 // The initial value of a LoRA parameter keyed by (seed, name): lora_a ~ N(0, 1/in), lora_b = 0.
 bool is_lora_parameter(const std::string& name);
+// The LoRA adapter values a token passes through (for FLOPs per token): every adapter, those of
+// experts (".experts." in the name) weighted by the share of tokens routed to each, top_k / n_experts.
+double active_lora_parameters(const torch::nn::Module& model, int64_t top_k, int64_t n_experts);
 void lora_init(uint64_t seed, const std::string& name, at::Tensor& param);
 
 // Rows of `weight` [num_embeddings, dim] picked by integer ids. Outside DeferredInit, N(0, 1).

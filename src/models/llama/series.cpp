@@ -135,14 +135,7 @@ class LanguageModelTask : public train::Task {
     const double weights = static_cast<double>(c.n_layers) * (attn + ffn) + static_cast<double>(c.vocab_size * c.dim);
     const double scores = 12.0 * static_cast<double>(c.n_layers * c.n_heads * hd * series_.seq_len);
     if (cfg_.lora.rank == 0) return 6.0 * weights + scores;
-    double adapters = 0.0;
-    for (const auto& p : model_->named_parameters(/*recurse=*/true)) {
-      if (!nn::is_lora_parameter(p.key())) continue;
-      const bool expert = p.key().find(".experts.") != std::string::npos;
-      adapters += static_cast<double>(p.value().numel()) *
-                  (expert ? static_cast<double>(c.moe.top_k) / static_cast<double>(c.moe.n_experts) : 1.0);
-    }
-    return 4.0 * weights + 6.0 * adapters + scores;
+    return 4.0 * weights + 6.0 * nn::active_lora_parameters(*model_, c.moe.top_k, c.moe.n_experts) + scores;
   }
 
   void dump_batches(const std::string& path, int64_t steps) const override {
