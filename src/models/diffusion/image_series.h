@@ -1,0 +1,172 @@
+// What every text-to-image series (z_image, flux1, qwen_image, flux2) shares, so that a series
+// folder holds only what is its own: the DiT, the towers, the loss convention and the sampler.
+//
+//  - ImageSeriesKeys: the keys `<series>.<key>` every image series has (tower files, tokenizer,
+//    dataset folder or conditioning cache, size and aspect-ratio buckets, flow-matching shift,
+//    sampling shift, guidance scale, negative prompt).
+//  - ImageBatch: one micro-batch as a pipeline takes it: from the cache, latents and the named
+//    conditioning tensors the series' `prepare` wrote; with the towers in the loop, images in
+//    [-1, 1] and prompts. Both with the per-sample noise and flow-matching draws.
+//  - ImagePipelineImpl: the series' trained root module ("dit.*", and with the towers
+//    "text_encoder.*" and "vae.*"); the series implements the virtual pieces, the base runs them
+//    through call_hooked so the sharding engine gathers the root's own parameters.
+//  - ImageSeriesSpec + make_image_series(): the series' training task (epoch order or buckets
+//    over the folder or the cache, noise and timesteps per sample number so W-independent,
+//    LoRA on the DiT, tower files as parameter sources), `zeroshard prepare` (the towers once
+//    into the cache, records split over the ranks) and `zeroshard sample` (PNG of the prompts).
+//
+// Samples: training sample n (numbered step * G .. (step + 1) * G - 1 over all ranks and micro-
+// batches, G the global batch) is dataset item ImageData::item_of(n, G); its noise and timestep
+// come from (data.seed, "<series>.noise.<n>") (TrainingDraws).
+#pragma once
+
+#include "models/diffusion/flow_match.h"
+#include "models/series.h"
+#include "train/config.h"
+#include "zeroshard/nn/hookable.h"
+#include "zeroshard/param_source.h"
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace zeroshard::models::diffusion {
+
+class CacheReader;
+class EpochOrder;
+
+// The keys every image series registers under its name (`z_image.dataset`, `flux1.cache`, ...).
+struct ImageSeriesKeys {
+  // Files: the frozen towers (empty: seeded) and the text tower's tokenizer.
+  std::string vae_from, text_encoder_from, tokenizer;
+  // Data: a DiffSynth folder (metadata.csv: image, prompt) or a prepared cache.
+  std::string dataset, cache;
+  int64_t height = 1024, width = 1024;
+  // Aspect-ratio buckets "HxW,HxW,..." (empty: every image at height x width): each image goes
+  // to the bucket nearest its aspect ratio, every step's global batch comes from one bucket.
+  std::string buckets;
+  std::string on_bad_file = "stop";
+  // Flow matching (flow_match.h): training shift, DiffSynth's timestep weights.
+  double shift = 3.0;
+  bool timestep_weighting = true;
+  // Sampling: the schedule's shift, the guidance scale (what it means is the series' own: a
+  // guidance embedding for FLUX.1 dev, true CFG for Qwen-Image and Z-Image), the negative prompt.
+  double sample_shift = 3.0, guidance_scale = 1.0;
+  std::string negative_prompt;
+
+  // Registers the keys under `series.` (documented generically; `tokenizer_what` names the file,
+  // e.g. "the Qwen3 tokenizer.json").
+  void register_keys(train::ConfigKeys& k, const std::string& series, const std::string& tokenizer_what);
+  // Sizes are multiples of `multiple` (VAE factor x DiT patch); dataset or cache set.
+  void validate(const std::string& series, int64_t multiple) const;
+  // The buckets as (height, width); {(height, width)} without buckets.
+  std::vector<std::pair<int64_t, int64_t>> bucket_sizes(const std::string& series) const;
+  std::string bucket_text(const std::string& series) const;
+};
+
+// The bucket (index into sizes) nearest an image of height x width in aspect ratio
+// (|log(w/h) - log(W/H)|, the first on ties).
+int64_t nearest_bucket(const std::vector<std::pair<int64_t, int64_t>>& sizes, int64_t height, int64_t width);
+
+// One micro-batch of B samples.
+struct ImageBatch {
+  // From the cache: latents [latent shape] and each sample's named conditioning tensors.
+  std::vector<at::Tensor> latents;
+  std::vector<std::map<std::string, at::Tensor>> conds;
+  // Towers in the loop: images [3, H, W] in [-1, 1] and prompts.
+  std::vector<at::Tensor> images;
+  std::vector<std::string> prompts;
+  // Noise like the latents; sigmas, timesteps (1000 sigma, as the schedule gives them), weights: [B] float32.
+  std::vector<at::Tensor> noises;
+  at::Tensor sigmas, timesteps, weights;
+
+  bool cached() const { return images.empty(); }
+  int64_t size() const { return static_cast<int64_t>(noises.size()); }
+};
+
+// The trained root of an image series. A series derives from it and implements the protected
+// virtuals; the public calls run them inside call_hooked (the root's own parameters gathered).
+class ImagePipelineImpl : public nn::HookableModule {
+ public:
+  // Mean over the micro-batch of the series' flow-matching loss (its own sign and time
+  // conventions), the towers run sample by sample under no_grad when the batch is not cached.
+  at::Tensor loss(const ImageBatch& batch);
+  // The towers on one sample, what `prepare` caches: {"latent": [latent shape], plus the
+  // series' conditioning fields}, all float32.
+  std::map<std::string, at::Tensor> condition(const at::Tensor& image, const std::string& prompt);
+  // Sampling: from noise [B, latent shape] for the prompts, `steps` steps of the series'
+  // sampler with its guidance; returns images [B, 3, H, W] in [-1, 1].
+  at::Tensor sample(const std::vector<std::string>& prompts, const at::Tensor& noise, int64_t steps);
+
+  // The latent of an image of height x width (e.g. {16, h / 8, w / 8}).
+  virtual std::vector<int64_t> latent_shape(int64_t height, int64_t width) const = 0;
+  // Seeded initial value of parameter `name` (LoRA adapters included), keyed by (seed, name).
+  virtual void init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const = 0;
+  // The module LoRA adapts (registered as "dit").
+  virtual torch::nn::Module& dit_module() = 0;
+
+  double towers_seconds = 0.0;  // spent in the towers since the last reset (the series adds to it)
+
+ protected:
+  virtual at::Tensor compute_loss(const ImageBatch& batch) = 0;
+  virtual std::map<std::string, at::Tensor> compute_condition(const at::Tensor& image, const std::string& prompt) = 0;
+  virtual at::Tensor compute_sample(const std::vector<std::string>& prompts, const at::Tensor& noise,
+                                    int64_t steps) = 0;
+};
+
+// What make_image_series needs from a series.
+struct ImageSeriesSpec {
+  std::string name;     // the model.series value, the keys' prefix, the draws' salt
+  std::string summary;  // Series::summary
+  // The cache: its format string, the conditioning fields beside "latent", what they are (for
+  // the prepare report), the index keys a training run's config must match.
+  std::string cache_format, conditioning_text;
+  std::vector<std::string> cond_fields;
+  std::function<std::vector<std::pair<std::string, int64_t>>(const train::TrainConfig&)> cache_shape;
+  std::function<std::unique_ptr<train::SeriesConfig>()> make_config;
+  std::function<const ImageSeriesKeys&(const train::TrainConfig&)> keys;
+  // The pipeline without bytes (called under nn::DeferredInit), with the DiT and/or the towers.
+  std::function<std::shared_ptr<ImagePipelineImpl>(const train::TrainConfig&, bool with_dit, bool with_towers)> build;
+  std::function<bool(const std::string&)> is_unit;
+  std::vector<reference::ReferenceKind> reference_kinds;
+};
+
+// The registered series: training task, prepare, sample, LoRA on "dit.".
+Series make_image_series(ImageSeriesSpec spec);
+
+// The items of an image series' data: the folder (towers in the loop) or the cache, with the
+// epoch order or the buckets. item_of is a pure function of (seed, n, global batch).
+class ImageData {
+ public:
+  ImageData(const ImageSeriesKeys& keys, const std::string& series, const std::string& cache_format,
+            const std::vector<std::pair<std::string, int64_t>>& cache_shape, uint64_t seed);
+  ~ImageData();
+  bool cached() const { return cache_ != nullptr; }
+  int64_t size() const { return static_cast<int64_t>(prompts_.size()); }
+  // One bucket: EpochOrder over all items. With buckets: step s draws bucket b with probability
+  // |b| / N from (seed, s), and sample n is bucket b's EpochOrder at n.
+  int64_t item_of(int64_t n, int64_t global_batch) const;
+  std::pair<int64_t, int64_t> size_of(int64_t item) const;  // (height, width) of its bucket
+  const std::string& prompt(int64_t item) const { return prompts_.at(static_cast<size_t>(item)); }
+  // Cache: the item's tensors under `field`.
+  at::Tensor read(int64_t item, const std::string& field) const;
+  // Towers in the loop: the item's image [3, H, W] in [-1, 1] (resize + centre crop to its bucket).
+  at::Tensor image(int64_t item) const;
+
+ private:
+  std::string series_;
+  std::vector<std::string> prompts_, paths_;
+  std::unique_ptr<CacheReader> cache_;
+  uint64_t seed_;
+  std::vector<std::pair<int64_t, int64_t>> sizes_;
+  std::vector<int64_t> bucket_of_;
+  std::vector<std::vector<int64_t>> members_;
+  std::vector<std::unique_ptr<EpochOrder>> orders_;
+};
+
+}  // namespace zeroshard::models::diffusion
