@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -224,4 +225,85 @@ TEST(ZImageSeries, BucketedBatchesComeFromOneBucketPerStepWhateverTheWorldSize) 
                             2, "z_image_buckets");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.metrics.size(), 4u);
+}
+
+TEST(ZImageSeries, PreparedBucketsTrainAsTheTowersInTheLoop) {
+  // The bucket test's kind of folder (three aspect ratios): prepare on 2 ranks, then training from
+  // the cache and with the towers in the loop give the same bits; a run whose buckets differ from
+  // the cache's is refused naming index.json.
+  const std::string d = make_temp_dir("z_image_prep_buckets") + "/images";
+  fs::create_directories(d);
+  const std::string ff = "ffmpeg -loglevel error -y -f lavfi -i ", q = " > /dev/null 2>&1";
+  std::string csv = "image,prompt\n";
+  for (const auto& [name, size] : std::vector<std::pair<std::string, std::string>>{
+           {"a.png", "80x40"}, {"b.png", "40x80"}, {"c.jpg", "48x48"}, {"d.png", "100x48"}, {"e.png", "40x90"}}) {
+    sh(ff + "testsrc=size=" + size + " -frames:v 1 " + d + "/" + name + q);
+    csv += name + ",a test card " + size + "\n";
+  }
+  std::ofstream(d + "/metadata.csv") << csv;
+  const std::string cache = make_temp_dir("z_image_prep_buckets_cache") + "/cache";
+  const std::string args = "--config " + kConfigs + "base.yaml --set z_image.dataset=" + d + " --set z_image.tokenizer=" +
+                           kTokenizer + " --set z_image.buckets=32x32,32x64,64x32 --set run.progress=false";
+  std::string out;
+  ASSERT_EQ(run_command(std::string(ZS_BINARY) + " prepare --nproc 2 " + args + " --set z_image.cache=" + cache, &out), 0)
+      << out;
+  EXPECT_NE(out.find("cached 5 of 5 items"), std::string::npos) << out;
+  const std::string steps = " --set train.steps=4 --set train.micro_batch_size=2";
+  TrainRun towers = train_series(args + steps, 2, "z_image_prep_buckets_towers");
+  ASSERT_EQ(towers.exit_code, 0) << towers.output;
+  TrainRun cached = train_series(args + steps + " --set z_image.cache=" + cache, 2, "z_image_prep_buckets_cached");
+  ASSERT_EQ(cached.exit_code, 0) << cached.output;
+  EXPECT_EQ(loss_texts(towers), loss_texts(cached));
+  // The cache's float32 latents and states into a bf16 DiT (frozen base in bf16, LoRA adapters).
+  TrainRun bf16 = train_series(args + steps + " --set z_image.cache=" + cache +
+                                   " --set mixed_precision.param_dtype=bf16 --set lora.rank=4 --set lora.alpha=4"
+                                   " --set lora.targets=to_q,to_k,to_v,w1,w2,w3",
+                               2, "z_image_prep_buckets_bf16");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  ASSERT_EQ(bf16.metrics.size(), 4u);
+  for (const auto& m : bf16.metrics) EXPECT_TRUE(std::isfinite(m.at("loss").get<double>())) << m.dump();
+  TrainRun other = train_series(args + steps + " --set z_image.cache=" + cache + " --set z_image.buckets=32x32,64x32", 2,
+                                "z_image_prep_buckets_other");
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.output.find("index.json: the cache has buckets '32x32,32x64,64x32'"), std::string::npos)
+      << other.output;
+}
+
+TEST(ZImageSeries, TheDitFromAReleasedFileIsTheStartingPoint) {
+  // A run's DiT exported and renamed to the released layout (no "dit." prefix, towers dropped) is
+  // what z_image.dit_from reads: a run from it with lr 0 ends with exactly those values; a file
+  // missing a tensor is refused naming it.
+  const std::string dir = make_temp_dir("z_image_dit_from");
+  const std::string common = towers_args() + " --set train.save_final=true --set train.warmup_steps=0";
+  TrainRun a = train_series(common + " --set train.steps=2", 2, "z_image_dit_from_a");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  std::string out;
+  // The released layout: our export's "dit.*" tensors, renamed, in a fresh safetensors file.
+  const std::string strip = dir + "/strip.py";
+  std::ofstream(strip) << "import json, struct, sys\n"
+                          "src, dst, drop = sys.argv[1], sys.argv[2], sys.argv[3:]\n"
+                          "b = open(src, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]\n"
+                          "h = json.loads(b[8:8 + n]); data = b[8 + n:]; out = {}; blob = b''\n"
+                          "for k in sorted(h):\n"
+                          "    if not k.startswith('dit.') or k[4:] in drop: continue\n"
+                          "    s, e = h[k]['data_offsets']; out[k[4:]] = dict(h[k], data_offsets=[len(blob), len(blob) + e - s])\n"
+                          "    blob += data[s:e]\n"
+                          "j = json.dumps(out).encode(); j += b' ' * (-len(j) % 8)\n"
+                          "open(dst, 'wb').write(struct.pack('<Q', len(j)) + j + blob)\n";
+  auto export_dit = [&](const TrainRun& r, const std::string& name, const std::string& drop = "") {
+    const std::string raw = dir + "/" + name + ".raw.safetensors", file = dir + "/" + name + ".safetensors";
+    sh(std::string(ZS_BINARY) + " export " + r.dir + " " + raw + " > /dev/null 2>&1");
+    sh("python3 " + strip + " " + raw + " " + file + " " + drop);
+    return file;
+  };
+  const std::string released = export_dit(a, "a");
+  TrainRun b = train_series(common + " --set train.steps=1 --set train.lr=0 --set train.min_lr=0 --set z_image.dit_from=" +
+                                released,
+                            2, "z_image_dit_from_b");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_TRUE(read_text(export_dit(b, "b")) == read_text(released)) << "the DiT after a step at lr 0 differs from the file";
+  const std::string partial = export_dit(a, "partial", "x_pad_token");
+  TrainRun c = train_series(common + " --set train.steps=1 --set z_image.dit_from=" + partial, 2, "z_image_dit_from_c");
+  EXPECT_NE(c.exit_code, 0);
+  EXPECT_NE(c.output.find("x_pad_token"), std::string::npos) << c.output;
 }
