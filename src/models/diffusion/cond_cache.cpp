@@ -151,4 +151,11 @@ int64_t EpochOrder::item_of(int64_t n) const {
   return it->second[n % items_].item<int64_t>();
 }
 
+nlohmann::json towers_seconds_metric(Communicator& comm, double& seconds) {
+  at::Tensor t = at::full({1}, seconds, at::kDouble);
+  comm.all_reduce(t);
+  seconds = 0.0;
+  return {{"towers_s", t.item<double>() / comm.world_size()}};
+}
+
 }  // namespace zeroshard::models::diffusion

@@ -94,6 +94,10 @@ class EpochOrder {
   mutable std::map<int64_t, at::Tensor> perms_;
 };
 
+// {"towers_s": the mean over the ranks of `seconds`} (a pipeline's time in its frozen towers
+// since the last call), then seconds = 0. A collective over comm.
+nlohmann::json towers_seconds_metric(Communicator& comm, double& seconds);
+
 nlohmann::json read_json_file(const std::string& path);
 // Written to <path>.tmp, then renamed into place.
 void write_json_file(const std::string& path, const nlohmann::json& j);

@@ -155,10 +155,7 @@ class WanTask : public train::GeneratedSampleTask {
 
   nlohmann::json finish_step(Communicator& comm) override {
     if (data_.cached()) return nlohmann::json::object();
-    at::Tensor t = at::full({1}, model_->towers_seconds, at::kDouble);
-    comm.all_reduce(t);
-    model_->towers_seconds = 0.0;
-    return {{"towers_s", t.item<double>() / comm.world_size()}};
+    return diffusion::towers_seconds_metric(comm, model_->towers_seconds);
   }
 
   std::string item_name() const override { return "clips"; }
