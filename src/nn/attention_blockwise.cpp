@@ -317,6 +317,7 @@ struct BlockwiseAttention : torch::autograd::Function<BlockwiseAttention> {
   // `plan` travels as a pointer: autograd sees only q, k, v as inputs.
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const Plan* plan) {
+    RECORD_FUNCTION("zs::attention", std::vector<c10::IValue>());  // train/op_profile.h
     const Plan& p = *plan;
     Forward f = run_forward(q, k, v, p);
     at::Tensor out = from_rows(f.out, p, p.in);
@@ -331,6 +332,7 @@ struct BlockwiseAttention : torch::autograd::Function<BlockwiseAttention> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    RECORD_FUNCTION("zs::attention", std::vector<c10::IValue>());
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2];
     const Plan p = load_plan(ctx, q, k);

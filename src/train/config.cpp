@@ -123,6 +123,9 @@ ConfigKeys config_keys(TrainConfig& c) {
   k.add_bool("run.dump_init", &c.run.dump_init, "write <run>/init.safetensors (the initial weights)");
   k.add_bool("run.dump_batches", &c.run.dump_batches, "write <run>/batches.rank<r>.bin (each rank's inputs)");
   k.add_bool("run.dump_final_shards", &c.run.dump_final_shards, "write <run>/final_shard.rank<r>.bin");
+  k.add_int("run.profile_step", &c.run.profile_step, 0, int64_t{1} << 40,
+            "> 0: profile that step's operators: its time by kind (GEMM, attention, elementwise, optimizer, "
+            "autograd, exposed communication, overhead) in rank<r>.log and <run>/profile.rank<r>.json");
   k.add_bool("run.progress", &c.run.progress, "print progress on rank 0");
   k.add_int("run.max_rss_mb", &c.run.max_rss_mb, 0, big, "fail a rank whose peak RSS exceeds this; 0: off");
 

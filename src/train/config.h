@@ -122,6 +122,7 @@ struct RunSection {
   bool dump_init = false;
   bool dump_batches = false;
   bool dump_final_shards = false;
+  int64_t profile_step = 0;  // > 0: that step's CPU time by kind (train/op_profile.h) in the log
   bool progress = true;
   int64_t max_rss_mb = 0;
 };

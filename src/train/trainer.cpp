@@ -2,6 +2,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/peft.h"
+#include "io/file.h"
 #include "io/run_lock.h"
 #include "io/safetensors.h"
 #include "io/torch_pth.h"
@@ -11,6 +12,7 @@
 #include "nn/matmul.h"
 #include "train/fault_injection.h"
 #include "train/metrics.h"
+#include "train/op_profile.h"
 #include "train/step_metrics.h"
 #include "train/stop_signal.h"
 #include "train/task.h"
@@ -389,6 +391,8 @@ bool Trainer::step(int64_t step) {
   int64_t saved_activation_bytes = 0;
   double loss_sum = 0.0;
   s.faults->before_step(step, *s.comm);
+  std::unique_ptr<OpProfile> profile;
+  if (step == cfg.run.profile_step) profile = std::make_unique<OpProfile>();
   for (int64_t micro = 0; micro < cfg.train.grad_accum; ++micro) {
     const int64_t live_before = util::live_tensor_bytes(), engine_before = sharded.memory().transient_bytes;
     at::Tensor loss = s.task->loss(step - 1, micro);
@@ -429,7 +433,10 @@ bool Trainer::step(int64_t step) {
   if (finite) {
     const auto opt_t0 = Clock::now();
     const double comm_before_opt = sharded.exposed_comm_seconds();
-    s.optim->step(m.lr);
+    {
+      RECORD_FUNCTION("zs::optimizer", std::vector<c10::IValue>());  // train/op_profile.h
+      s.optim->step(m.lr);
+    }
     // The parameter all-gather of optim / optim_grads inside step() counts as communication.
     optimizer_s = std::chrono::duration<double>(Clock::now() - opt_t0).count() -
                   (sharded.exposed_comm_seconds() - comm_before_opt);
@@ -468,6 +475,11 @@ bool Trainer::step(int64_t step) {
   f.mem_saved_activations_bytes = saved_activation_bytes;
   f.mem_step_peak_bytes = util::peak_tensor_bytes() - step_base_bytes;
   f.comm_bytes_sent = comm_after.bytes_sent - comm_before.bytes_sent;
+  if (profile) {
+    const nlohmann::json p = profile->finish(m.step_time_s, f.comm_exposed_s);
+    s.log->line(OpProfile::summary(p));
+    io::write_file_atomic(s.run_dir + "/profile.rank" + std::to_string(s.rank) + ".json", p.dump(2) + "\n");
+  }
   f.comm_collectives = comm_after.collectives - comm_before.collectives;
   const std::vector<int64_t> mine = f.pack();
   const int64_t n = RankFigures::field_count();

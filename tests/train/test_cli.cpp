@@ -127,6 +127,39 @@ TEST(Cli, LoadsTheOpenMpBuildOfOpenBlasWhereInstalled) {
   EXPECT_EQ(system.find("(OpenMP)"), std::string::npos) << "the opt-out must keep the system's build: " << system;
 }
 
+TEST(Cli, ProfileStepSplitsTheStepByKindWithoutChangingIt) {
+  // The small Llama (causal attention below 2048 keys is the plain formulation: no attention
+  // scope) at W = 2: run.profile_step=2 writes each rank's profile of step 2 and logs its line;
+  // the losses are the same bits as without it.
+  TrainRun plain = train("--set train.steps=3", 2, "profile_off");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  TrainRun r = train("--set train.steps=3 --set run.profile_step=2", 2, "profile_on");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(loss_texts(r), loss_texts(plain));
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(r.dir + "/profile.rank" + std::to_string(rank) + ".json");
+    ASSERT_TRUE(in) << "profile.rank" << rank << ".json";
+    const nlohmann::json p = nlohmann::json::parse(in);
+    const double step = p.at("step_s").get<double>();
+    if (rank == 0) {
+      EXPECT_DOUBLE_EQ(step, r.metrics.at(1).at("step_time_s").get<double>());  // rank 0's
+    }
+    EXPECT_GT(p.at("gemm_s").get<double>(), 0.0);
+    EXPECT_GT(p.at("elementwise_s").get<double>(), 0.0);
+    EXPECT_GT(p.at("optimizer_s").get<double>(), 0.0);
+    double kinds = 0;
+    for (const char* k : {"gemm_s", "attention_s", "elementwise_s", "optimizer_s", "autograd_s"}) {
+      kinds += p.at(k).get<double>();
+    }
+    // Self times of the operators of one thread cannot exceed the step's wall time (with 1% for
+    // the clocks' granularity).
+    EXPECT_LE(kinds, step * 1.01) << p.dump();
+    EXPECT_EQ(p.at("top_ops").at(0).size(), 2u);
+    const std::string log = read_text(r.dir + "/rank" + std::to_string(rank) + ".log");
+    EXPECT_NE(log.find("profile: step "), std::string::npos) << log;
+  }
+}
+
 TEST(Examples, CustomModelLearnsAloneAndAsThreeRanks) {
   std::string out;
   EXPECT_EQ(run_command(ZS_EXAMPLE, &out), 0) << out;
