@@ -92,7 +92,7 @@ at::Tensor Flux2PipelineImpl::encode_image(const at::Tensor& image) {
   TORCH_CHECK(vae, "Flux2Pipeline: built without its towers");
   torch::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
-  const at::ScalarType dt = vae->quant_conv->weight.scalar_type();
+  const at::ScalarType dt = vae->encoder->parameters().front().scalar_type();
   at::Tensor z = vae->encode(image.unsqueeze(0).to(dt))[0].to(at::kFloat);
   towers_seconds += seconds_since(t0);
   return z;
@@ -193,7 +193,7 @@ at::Tensor Flux2PipelineImpl::compute_sample(const std::vector<std::string>& pro
     const at::Tensor next = j + 1 < steps ? s.sigmas[j + 1] : at::zeros({}, at::kFloat);
     x = x + v * (next - s.sigmas[j]);
   }
-  const at::ScalarType dt = vae->post_quant_conv->weight.scalar_type();
+  const at::ScalarType dt = vae->decoder->parameters().front().scalar_type();
   return vae->decode(x.to(dt)).to(at::kFloat).clamp(-1, 1);
 }
 
