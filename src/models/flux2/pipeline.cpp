@@ -51,9 +51,7 @@ std::pair<at::Tensor, at::Tensor> prompt_ids(text::BpeTokenizer& tok, const std:
 }
 
 Flux2PipelineImpl::Flux2PipelineImpl(const Flux2SeriesConfig& c, bool with_dit, bool with_towers)
-    : config_(c),
-      train_schedule_(flux2_training_schedule(c.io.shift)),
-      shared_schedule_(diffusion::flow_match_schedule(1000, c.io.shift, /*training=*/true)) {
+    : config_(c) {
   if (with_dit) dit = register_module("dit", Flux2DiT(c.dit_config()));
   if (with_towers) {
     if (!c.has_text_tower()) {
@@ -135,34 +133,20 @@ at::Tensor Flux2PipelineImpl::compute_loss(const diffusion::ImageBatch& b) {
     x0.push_back(b.cached() ? b.latents.at(k) : encode_image(b.images.at(k)));
     ctx.push_back(b.cached() ? b.conds.at(k).at("context") : encode_text(b.prompts.at(k)));
   }
-  // The draw's timestep id, recovered from the shared layer's sigma (its schedule is the plain
-  // shifted one of flow_match.h, the same ids), then FLUX.2's sigma, timestep and weight of it.
-  std::vector<float> sig, ts, wt;
-  for (int64_t i = 0; i < B; ++i) {
-    const float s = b.sigmas[i].item<float>();
-    const at::Tensor hit = (shared_schedule_.sigmas == s).nonzero();
-    if (hit.size(0) != 1) {
-      throw std::runtime_error("flux2: training sigma " + std::to_string(s) +
-                               " is not one of the shared schedule's (flow_match_schedule(1000, flux2.shift))");
-    }
-    const int64_t id = hit[0][0].item<int64_t>();
-    sig.push_back(train_schedule_.sigmas[id].item<float>());
-    ts.push_back(train_schedule_.timesteps[id].item<float>());
-    wt.push_back(config_.io.timestep_weighting ? train_schedule_.weights[id].item<float>() : 1.0f);
-  }
-  const at::Tensor sigmas = at::tensor(sig, at::kFloat), timesteps = at::tensor(ts, at::kFloat);
+  // The draws come from FLUX.2's training schedule (ImageSeriesSpec::training_schedule).
+  const at::Tensor& sigmas = b.sigmas;
   std::vector<at::Tensor> noisy;
   for (int64_t i = 0; i < B; ++i) {
     const at::Tensor s = sigmas[i];
     noisy.push_back((1 - s) * x0[static_cast<size_t>(i)] + s * b.noises.at(static_cast<size_t>(i)));  // add_noise
   }
   // model_fn_flux2: the DiT takes timestep / 1000; its output is the velocity, target noise - x0.
-  const at::Tensor v = velocity(at::stack(noisy), at::stack(ctx), timesteps / 1000, config_.train_guidance);
+  const at::Tensor v = velocity(at::stack(noisy), at::stack(ctx), b.timesteps / 1000, config_.train_guidance);
   std::vector<at::Tensor> per_sample;
   for (int64_t i = 0; i < B; ++i) {
     const auto k = static_cast<size_t>(i);
     const at::Tensor mse = (v[i] - (b.noises.at(k) - x0[k])).pow(2).mean();
-    per_sample.push_back(mse * wt[k]);
+    per_sample.push_back(mse * b.weights[i]);
   }
   return at::stack(per_sample).mean();
 }

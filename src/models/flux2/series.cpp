@@ -2,6 +2,7 @@
 // (series.h states the conventions).
 #include "models/flux2/series.h"
 
+#include "io/torch_pth.h"
 #include "models/flux2/sizes.h"
 #include "util/text.h"
 
@@ -219,6 +220,12 @@ Series flux2_series() {
     return std::static_pointer_cast<diffusion::ImagePipelineImpl>(
         std::make_shared<Flux2PipelineImpl>(c, with_dit, with_towers));
   };
+  // FLUX.2's training schedule (mu fixed, as DiffSynth trains: not the image size's).
+  spec.training_schedule = [](const train::TrainConfig& cfg, int64_t, int64_t) {
+    return flux2_training_schedule(cfg.series_config<Flux2SeriesConfig>().io.shift);
+  };
+  // The released transformer files use Flux2DiT's names as they are (no name map).
+  spec.dit_source = [](const std::string& path) { return io::checkpoint_param_source(path); };
   spec.is_unit = flux2_unit;
   // reference_kinds: the flux2 kinds are listed once in series_list.cpp's reference table.
   return diffusion::make_image_series(std::move(spec));

@@ -123,7 +123,6 @@ class Flux2PipelineImpl : public diffusion::ImagePipelineImpl {
 
   Flux2SeriesConfig config_;
   std::unique_ptr<text::BpeTokenizer> tokenizer_;
-  diffusion::FlowMatchSchedule train_schedule_, shared_schedule_;
 };
 TORCH_MODULE(Flux2Pipeline);
 
