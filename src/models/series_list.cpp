@@ -2,6 +2,7 @@
 #include "models/flux/reference.h"
 #include "models/flux/series.h"
 #include "models/flux2/reference.h"
+#include "models/flux2/series.h"
 #include "models/llama/series.h"
 #include "models/qwen3/series.h"
 #include "models/qwen_image/reference.h"
@@ -27,6 +28,7 @@ const std::vector<Series>& all_series() {
       qwen3::qwen3_series(),
       qwen3::qwen3_moe_series(),
       z_image::z_image_series(),
+      flux2::flux2_series(),
   };
   return series;
 }

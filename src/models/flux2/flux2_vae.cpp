@@ -62,7 +62,8 @@ torch::Tensor unpatchify(const torch::Tensor& x, int64_t p, int64_t q) {
   return x.reshape({B, C, p, q, H, W}).permute({0, 1, 4, 2, 5, 3}).reshape({B, C, H * p, W * q});
 }
 
-Flux2VaeImpl::Flux2VaeImpl(const Flux2VaeConfig& c, bool with_encoder, bool with_decoder) : config_(c) {
+Flux2VaeImpl::Flux2VaeImpl(const Flux2VaeConfig& c, bool with_encoder, bool with_decoder, bool stats_as_parameters)
+    : config_(c) {
   const int64_t z = c.kl.latent_channels;
   if (with_encoder) {
     encoder = register_module("encoder", flux::KlEncoder(c.kl));
@@ -75,8 +76,13 @@ Flux2VaeImpl::Flux2VaeImpl(const Flux2VaeConfig& c, bool with_encoder, bool with
   // BatchNorm2d(P*Q*latent, affine=False): only its running statistics (buffers; the released
   // file's bn.num_batches_tracked is not used by encode / decode and not kept).
   auto bn = register_module("bn", std::make_shared<Holder>());
-  running_mean = bn->register_buffer("running_mean", nn::new_parameter({c.normalized_channels()}));
-  running_var = bn->register_buffer("running_var", nn::new_parameter({c.normalized_channels()}));
+  if (stats_as_parameters) {
+    running_mean = bn->register_parameter("running_mean", nn::new_parameter({c.normalized_channels()}), false);
+    running_var = bn->register_parameter("running_var", nn::new_parameter({c.normalized_channels()}), false);
+  } else {
+    running_mean = bn->register_buffer("running_mean", nn::new_parameter({c.normalized_channels()}));
+    running_var = bn->register_buffer("running_var", nn::new_parameter({c.normalized_channels()}));
+  }
   if (!nn::DeferredInit::active()) running_var.fill_(1.0);
 }
 

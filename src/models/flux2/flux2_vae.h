@@ -37,7 +37,11 @@ struct Flux2VaeConfig {
 class Flux2VaeImpl : public torch::nn::Module {
  public:
   // Holds the halves asked for (a reference case of one method ships only its half).
-  Flux2VaeImpl(const Flux2VaeConfig& c, bool with_encoder, bool with_decoder);
+  // stats_as_parameters: bn.running_mean / bn.running_var registered as frozen parameters
+  // (requires_grad false) instead of buffers, under the same names: the sharding engine holds,
+  // initializes and loads parameters only, so a pipeline trained under it keeps them there (the
+  // flux2 series); the reference cases load them as buffers.
+  Flux2VaeImpl(const Flux2VaeConfig& c, bool with_encoder, bool with_decoder, bool stats_as_parameters = false);
   torch::Tensor encode(const torch::Tensor& x);  // [B, 3, H, W] -> [B, P*Q*latent, H/(f P), W/(f Q)]
   torch::Tensor decode(const torch::Tensor& z);  // the inverse shape
   flux::KlEncoder encoder{nullptr};

@@ -1,0 +1,227 @@
+// The flux2 series (FLUX.2 klein as released) through the real binary on a DiffSynth image folder
+// the test makes (Debian's ffmpeg: png and jpg images of different sizes and aspect ratios,
+// resized and centre-cropped to 32 x 32) with the tiny Qwen3 tokenizer of the qwen3 tests: the
+// prompt as Flux2KleinPipeline encodes it, the four strategies bitwise identical at W = 3 with
+// accumulation (full and LoRA training, towers in the loop), exact resume, `zeroshard prepare` +
+// training from the cache equal to the towers-in-the-loop run, sampling to PNG, falling loss on
+// the images, and the published sizes of klein_4b.yaml, klein_9b.yaml and dev.yaml.
+#include "io/image_codec.h"
+#include "models/flux2/series.h"
+#include "support/spawn.h"
+#include "support/train_run.h"
+#include "train/config.h"
+#include "zeroshard/nn/deferred.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+using namespace zeroshard;
+using namespace zeroshard::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kConfigs = std::string(ZS_SOURCE_DIR) + "/configs/flux2/";
+const std::string kTokenizer = std::string(ZS_SOURCE_DIR) + "/tests/models/qwen3/data/tiny_tokenizer/tokenizer.json";
+
+void sh(const std::string& cmd) {
+  std::string out;
+  ASSERT_EQ(run_command(cmd, &out), 0) << cmd << "\n" << out;
+}
+
+// Four images (three png, one jpg; 40x36 to 64x48) and their metadata.csv.
+const std::string& folder() {
+  static std::string dir = [] {
+    const std::string d = make_temp_dir("flux2_series") + "/images";
+    fs::create_directories(d);
+    const std::string ff = "ffmpeg -loglevel error -y -f lavfi -i ", q = " > /dev/null 2>&1";
+    sh(ff + "testsrc=size=40x36 -frames:v 1 " + d + "/a.png" + q);
+    sh(ff + "rgbtestsrc=size=36x40 -frames:v 1 " + d + "/b.png" + q);
+    sh(ff + "mandelbrot=size=48x48 -frames:v 1 " + d + "/c.jpg" + q);
+    sh(ff + "smptebars=size=64x48 -frames:v 1 " + d + "/d.png" + q);
+    std::ofstream(d + "/metadata.csv") << "image,prompt\na.png,a test card with a clock\nb.png,red green and blue bars\n"
+                                          "c.jpg,\"a fractal, blue and black\"\nd.png,colour bars for a television\n";
+    return d;
+  }();
+  return dir;
+}
+
+std::string towers_args(const std::string& config = "base.yaml") {
+  return "--config " + kConfigs + config + " --set flux2.dataset=" + folder() + " --set flux2.tokenizer=" + kTokenizer +
+         " --set run.progress=false --set parallel.comm_timeout_s=120";
+}
+
+double mean_loss(const TrainRun& r, size_t first, size_t count) {
+  double s = 0;
+  for (size_t i = first; i < first + count; ++i) s += r.metrics.at(i).at("loss").get<double>();
+  return s / static_cast<double>(count);
+}
+
+int64_t dit_params(const std::string& config) {
+  const train::TrainConfig cfg = train::load_config(kConfigs + config, {"flux2.cache=unused"});
+  const auto& c = cfg.series_config<models::flux2::Flux2SeriesConfig>();
+  nn::DeferredInit deferred;
+  models::flux2::Flux2Pipeline p(c, /*with_dit=*/true, /*with_towers=*/false);
+  int64_t n = 0;
+  for (const auto& t : p->parameters()) n += t.numel();
+  return n;
+}
+
+}  // namespace
+
+TEST(Flux2Series, ThePromptIsQwen3sChatTemplateWithoutThinkingPaddedToTextLen) {
+  // apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+  // enable_thinking=False): the empty think block; then padding="max_length", truncation=True.
+  text::BpeTokenizer tok = text::BpeTokenizer::from_file(kTokenizer);
+  const auto [ids, mask] = models::flux2::prompt_ids(tok, "a red cat", 64);
+  const std::vector<int32_t> expect =
+      tok.encode("<|im_start|>user\na red cat<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  ASSERT_LT(expect.size(), 64u);
+  ASSERT_EQ(ids.sizes(), (std::vector<int64_t>{1, 64}));
+  ASSERT_EQ(mask.sizes(), (std::vector<int64_t>{1, 64}));
+  const int64_t pad = *tok.pad_id();
+  EXPECT_EQ(pad, *tok.token_to_id("<|endoftext|>"));  // tokenizer_config's pad_token
+  for (int64_t i = 0; i < 64; ++i) {
+    const bool real = i < static_cast<int64_t>(expect.size());
+    EXPECT_EQ(ids[0][i].item<int64_t>(), real ? expect[static_cast<size_t>(i)] : pad) << i;
+    EXPECT_EQ(mask[0][i].item<int64_t>(), real ? 1 : 0) << i;
+  }
+  const auto [cut, cut_mask] = models::flux2::prompt_ids(tok, "a red cat", 5);
+  EXPECT_EQ(cut.size(1), 5);
+  EXPECT_EQ(cut_mask.sum().item<int64_t>(), 5);
+}
+
+TEST(Flux2Series, TheSchedulesAreDiffSynthsFlux2Ones) {
+  // Training: linspace(1, 1/1000, 1000), sigma' = e^0.8 / (e^0.8 + 1/sigma - 1) (flux2.shift =
+  // e^0.8 in the configs); the weights sum to 1000. Sampling at 1024x1024 (4096 tokens), 50 steps:
+  // compute_empirical_mu, and the schedule's first sigma is 1, its last above 0.
+  const train::TrainConfig cfg = train::load_config(kConfigs + "klein_4b.yaml", {"flux2.cache=unused"});
+  const double shift = cfg.series_config<models::flux2::Flux2SeriesConfig>().io.shift;
+  EXPECT_EQ(shift, std::exp(0.8));
+  const auto s = models::flux2::flux2_training_schedule(shift);
+  ASSERT_EQ(s.sigmas.size(0), 1000);
+  const at::Tensor base = at::linspace(1.0, 0.001, 1000, at::kFloat);
+  EXPECT_TRUE(at::equal(s.sigmas, std::exp(0.8) / (std::exp(0.8) + (1 / base - 1))));
+  EXPECT_TRUE(at::equal(s.timesteps, s.sigmas * 1000));
+  EXPECT_NEAR(s.weights.sum().item<double>(), 1000.0, 1e-2);
+  // BFL's empirical mu: the two linear fits in the sequence length, interpolated in the steps.
+  const double m200 = 0.00016927 * 4096 + 0.45666666, m10 = 8.73809524e-05 * 4096 + 1.89833333;
+  EXPECT_DOUBLE_EQ(models::flux2::compute_empirical_mu(4096, 50), (m200 - m10) / 190.0 * 50 + m200 - 200.0 * (m200 - m10) / 190.0);
+  EXPECT_DOUBLE_EQ(models::flux2::compute_empirical_mu(5000, 4), 0.00016927 * 5000 + 0.45666666);
+  const auto q = models::flux2::flux2_sampling_schedule(4, 0.8);
+  EXPECT_EQ(q.sigmas[0].item<float>(), 1.0f);
+  EXPECT_GT(q.sigmas[3].item<float>(), 0.0f);
+}
+
+TEST(Flux2Series, FourStrategiesAgreeBitwiseForFullAndLoraTrainingAtThreeRanks) {
+  ParityOptions o;
+  o.small_model = false;
+  o.final_shards = true;
+  const std::string run = " --set train.steps=3 --set train.micro_batch_size=1 --set train.grad_accum=2"
+                          " --set train.warmup_steps=1";
+  expect_identical_strategies(towers_args() + run, 3, 3, "flux2_full", o);
+  const auto lora = expect_identical_strategies(towers_args("lora.yaml") + run, 3, 3, "flux2_lora", o);
+  ASSERT_FALSE(lora.empty());
+  // 12 Linear layers in each of 2 double blocks (to_q/k/v, to_out.0, add_q/k/v_proj, to_add_out,
+  // ff and ff_context linear_in / linear_out = 12) and 2 in each of 2 single blocks.
+  const std::string log = read_text(lora[0].dir + "/rank0.log");
+  EXPECT_NE(log.find("LoRA: rank 4 adapters on 28 Linear layers"), std::string::npos) << log;
+}
+
+TEST(Flux2Series, ResumeFromAMidRunCheckpointIsExact) {
+  const std::string common = towers_args() + " --set train.steps=4 --set run.dump_final_shards=true";
+  TrainRun full = train_series(common + " --set train.save_every=2", 2, "flux2_resume_full");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  TrainRun resumed =
+      train_series(common + " --set train.resume=" + full.dir + "/checkpoints/step_00000002", 2, "flux2_resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto a = loss_texts(full), b = loss_texts(resumed);
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(b, std::vector<std::string>(a.begin() + 2, a.end()));
+  for (int r = 0; r < 2; ++r) {
+    const std::string f = "/final_shard.rank" + std::to_string(r) + ".bin";
+    EXPECT_TRUE(read_text(full.dir + f) == read_text(resumed.dir + f)) << "final parameters of rank " << r;
+  }
+}
+
+TEST(Flux2Series, APreparedCacheTrainsAsTheTowersInTheLoopAndSamplingWritesAPng) {
+  const std::string cache = make_temp_dir("flux2_cache") + "/cache";
+  std::string out;
+  const std::string prepare = std::string(ZS_BINARY) + " prepare --nproc 2 " + towers_args() + " --set flux2.cache=" + cache;
+  ASSERT_EQ(run_command(prepare, &out), 0) << out;
+  EXPECT_NE(out.find("cached 4 of 4 items"), std::string::npos) << out;
+  ASSERT_TRUE(fs::exists(cache + "/index.json"));
+
+  const std::string steps = " --set train.steps=3 --set train.grad_accum=2";
+  TrainRun towers = train_series(towers_args() + steps, 2, "flux2_towers");
+  ASSERT_EQ(towers.exit_code, 0) << towers.output;
+  TrainRun cached = train_series(towers_args() + steps + " --set flux2.cache=" + cache, 2, "flux2_cached");
+  ASSERT_EQ(cached.exit_code, 0) << cached.output;
+  // The same tensors reach the DiT (the towers ran one sample at a time both ways): bitwise.
+  EXPECT_EQ(loss_texts(towers), loss_texts(cached));
+
+  // Sampling the cache-trained run (towers seeded as prepare seeded them): 3 Euler steps with
+  // true CFG 4, two 32x32 images side by side with a 2-pixel gap.
+  const std::string png = cached.dir + "/two.png";
+  ASSERT_EQ(run_command(std::string(ZS_BINARY) + " sample " + cached.dir + " --nproc 2 --clips 2 --steps 3 --out " + png,
+                        &out),
+            0)
+      << out;
+  ASSERT_TRUE(fs::exists(png)) << out;
+  const io::RgbImage img = io::decode_image_file(png).image;
+  EXPECT_EQ(img.width, 66);
+  EXPECT_EQ(img.height, 32);
+}
+
+TEST(Flux2Series, AFolderOfImagesTrainsWithFallingLoss) {
+  // Plain MSE (no timestep weights) so that losses compare across steps; 100 steps over the 4
+  // images, towers in the loop. Seen here (base.yaml): 1.32 over the first 10 steps, 0.79 over
+  // steps 46-55, 0.68 over the last 10.
+  TrainRun r = train_series(towers_args() + " --set train.steps=100 --set flux2.timestep_weighting=false"
+                                            " --set train.log_every=100",
+                            2, "flux2_falling");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.metrics.size(), 100u);
+  const double first = mean_loss(r, 0, 10), middle = mean_loss(r, 45, 10), last = mean_loss(r, 90, 10);
+  EXPECT_LT(middle, first) << "steps 1-10 " << first << ", 46-55 " << middle;
+  EXPECT_LT(last, 0.8 * first) << "steps 1-10 " << first << ", 91-100 " << last;
+}
+
+TEST(Flux2Series, TheSizeConfigsHoldThePublishedParameterCounts) {
+  // The DiT of the series' pipeline built from each published config without bytes: the counts
+  // of test_flux2_sizes.cpp (the released transformer files' element counts).
+  EXPECT_EQ(dit_params("klein_4b.yaml"), 3875544576LL);
+  EXPECT_EQ(dit_params("klein_9b.yaml"), 9078581248LL);
+  EXPECT_EQ(dit_params("dev.yaml"), 32223281152LL);
+}
+
+TEST(Flux2Series, DevHasNoTextTowerHereAndTrainsOnlyFromAUsersCache) {
+  try {
+    train::load_config(kConfigs + "dev.yaml", {"flux2.dataset=" + folder()});
+    FAIL() << "dev.yaml without a cache was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("Mistral Small 3.1"), std::string::npos) << e.what();
+  }
+  const train::TrainConfig cfg = train::load_config(kConfigs + "dev.yaml", {"flux2.cache=unused"});
+  const auto& c = cfg.series_config<models::flux2::Flux2SeriesConfig>();
+  EXPECT_EQ(c.dit_config().joint_attention_dim, 15360);
+  nn::DeferredInit deferred;
+  EXPECT_THROW(models::flux2::Flux2Pipeline(c, false, true), std::invalid_argument);
+}
+
+TEST(Flux2Series, TheDiTLoadsAReleasedLayoutFileByItsOwnNames) {
+  // flux2.dit_from: the flux2_dit reference case's weights (DiffSynth Flux2DiT = the released
+  // diffusers names) train as they are on a config of the case's shapes; a config of other
+  // shapes is refused naming the tensor.
+  const std::string file = std::string(ZS_SOURCE_DIR) + "/tests/fixtures/flux2_dit/model.safetensors";
+  const std::string args = towers_args() + " --set train.steps=1 --set flux2.dit_from=" + file +
+                           " --set flux2.vae_latent_channels=32";  // 128 DiT channels after the patchify
+  TrainRun ok = train_series(args + " --set flux2.head_dim=32 --set flux2.rope_axes=8,8,8,8", 1, "flux2_dit_from");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  TrainRun bad = train_series(args, 1, "flux2_dit_from_bad");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("time_guidance_embed.timestep_embedder.linear_1.weight"), std::string::npos) << bad.output;
+}
