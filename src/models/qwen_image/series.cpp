@@ -1,6 +1,8 @@
 // Series `qwen_image`: Qwen-Image as released on the shared image-series layer (series.h).
 #include "models/qwen_image/series.h"
 
+#include "io/torch_pth.h"
+#include "models/qwen_image/schedule.h"
 #include "models/wan/series.h"
 
 #include <utility>
@@ -38,6 +40,15 @@ Series qwen_image_series() {
   // The wan series' rule: the DiT, the text tower and the VAE are not units themselves (a unit
   // hides the HookableModules inside it); their blocks are.
   spec.is_unit = wan_unit;
+  // qwen_image.dit_from: the released transformer/ (diffusion_pytorch_model*.safetensors or its
+  // index): diffusers' names are the DiT's own.
+  spec.dit_source = [](const std::string& path) { return io::checkpoint_param_source(path); };
+  // DiffSynth's "Qwen-Image" training schedule (schedule.h), the same for every image size (mu 0.8,
+  // no dynamic shift in training).
+  spec.training_schedule = [](const train::TrainConfig& cfg, int64_t, int64_t) {
+    const auto& c = cfg.series_config<QwenImageSeriesConfig>();
+    return qwen_image_schedule(1000, c.io.shift, c.shift_terminal, /*training=*/true);
+  };
   return diffusion::make_image_series(std::move(spec));
 }
 
