@@ -223,7 +223,8 @@ TEST(QwenImageSeries, APreparedCacheTrainsAsTheTowersInTheLoopAndSamplingWritesA
 
 TEST(QwenImageSeries, AFolderOfImagesTrainsWithFallingLoss) {
   // Plain MSE (no timestep weights) so that losses compare across steps; 100 steps over the 4
-  // images, towers in the loop.
+  // images, towers in the loop. Seen here (base.yaml): 1.47 over the first 10 steps, 0.94 over
+  // steps 46-55, 0.87 over the last 10.
   TrainRun r = train_series(towers_args() + " --set train.steps=100 --set qwen_image.timestep_weighting=false"
                                             " --set train.log_every=100",
                             2, "qwen_image_falling");
