@@ -169,8 +169,12 @@ at::Tensor QwenImagePipelineImpl::decode_latents(const at::Tensor& latents) {
 at::Tensor QwenImagePipelineImpl::velocity(const at::Tensor& latents, const at::Tensor& states, const at::Tensor& mask,
                                            const at::Tensor& sigmas) {
   const int64_t h = latents.size(2), w = latents.size(3), p = config_.dit.patch_size;
-  const at::Tensor out =
-      dit->forward(pack_latents(latents), states, mask, sigmas, {ImageShape{1, h / p, w / p}}).to(at::kFloat);
+  // The DiT runs in its compute dtype (bf16 under mixed_precision.param_dtype: bf16, as DiffSynth
+  // runs it in torch_dtype); the prediction comes back in float32 (noise_pred.float()).
+  const at::ScalarType dt = dit->img_in->weight.scalar_type();
+  const at::Tensor out = dit->forward(pack_latents(latents).to(dt), states.to(dt), mask, sigmas.to(dt),
+                                      {ImageShape{1, h / p, w / p}})
+                             .to(at::kFloat);
   return unpack_latents(out, h, w);
 }
 

@@ -9,6 +9,7 @@
 #include "io/image_codec.h"
 #include "models/qwen_image/schedule.h"
 #include "models/qwen_image/series.h"
+#include "nn/init.h"
 #include "support/spawn.h"
 #include "support/train_run.h"
 #include "train/config.h"
@@ -154,6 +155,24 @@ torch.cat([s, t, w, s4, t4]).numpy().tofile(sys.argv[1])
   EXPECT_EQ(cfg.series_config<QwenImageSeriesConfig>().io.shift, std::exp(0.8));
 }
 
+TEST(QwenImageSeries, TrueCfgRescalesEachTokenToTheConditionalNorm) {
+  // QwenImagePipeline: comb = uncond + g (cond - uncond), then comb * |cond| / |comb| with the
+  // norms over the packed features of each token: every token keeps comb's direction and takes
+  // cond's length.
+  at::Generator g = nn::generator_for(7, "true_cfg");
+  const at::Tensor cond = at::randn({2, 6, 64}, g, at::kDouble), uncond = at::randn({2, 6, 64}, g, at::kDouble);
+  const at::Tensor out = true_cfg(cond, uncond, 4.0);
+  const at::Tensor comb = uncond + 4.0 * (cond - uncond);
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t t = 0; t < 6; ++t) {
+      EXPECT_NEAR(out[b][t].norm().item<double>(), cond[b][t].norm().item<double>(), 1e-12);
+      const double cosine = (out[b][t] * comb[b][t]).sum().item<double>() /
+                            (out[b][t].norm().item<double>() * comb[b][t].norm().item<double>());
+      EXPECT_NEAR(cosine, 1.0, 1e-12);
+    }
+  }
+}
+
 TEST(QwenImageSeries, FourStrategiesAgreeBitwiseForFullAndLoraTrainingAtThreeRanks) {
   ParityOptions o;
   o.small_model = false;
@@ -216,6 +235,7 @@ TEST(QwenImageSeries, APreparedCacheTrainsAsTheTowersInTheLoopAndSamplingWritesA
             0)
       << out;
   ASSERT_TRUE(fs::exists(png)) << out;
+  EXPECT_NE(out.find("guidance 4"), std::string::npos) << out;
   const io::RgbImage img = io::decode_image_file(png).image;
   EXPECT_EQ(img.width, 66);
   EXPECT_EQ(img.height, 32);
@@ -233,6 +253,18 @@ TEST(QwenImageSeries, AFolderOfImagesTrainsWithFallingLoss) {
   const double first = mean_loss(r, 0, 10), middle = mean_loss(r, 45, 10), last = mean_loss(r, 90, 10);
   EXPECT_LT(middle, first) << "steps 1-10 " << first << ", 46-55 " << middle;
   EXPECT_LT(last, 0.8 * first) << "steps 1-10 " << first << ", 91-100 " << last;
+}
+
+TEST(QwenImageSeries, TrainsInBf16MixedPrecisionCloseToFloat32) {
+  // 20b.yaml's mixed_precision.param_dtype: bf16 (the DiT runs on bf16 inputs, the loss in
+  // float32): three steps, the losses within 1% of the float32 run's.
+  const std::string common = towers_args() + " --set train.steps=3";
+  TrainRun fp32 = train_series(common, 2, "qwen_image_fp32");
+  ASSERT_EQ(fp32.exit_code, 0) << fp32.output;
+  TrainRun bf16 = train_series(common + " --set mixed_precision.param_dtype=bf16", 2, "qwen_image_bf16");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  EXPECT_LT(max_rel_loss_diff(fp32, bf16), 1e-2);
+  EXPECT_NE(loss_texts(fp32), loss_texts(bf16));  // bf16 did run in bf16
 }
 
 TEST(QwenImageSeries, TheSizeConfigHoldsThePublishedParameterCount) {
