@@ -255,6 +255,18 @@ TEST(QwenImageSeries, AFolderOfImagesTrainsWithFallingLoss) {
   EXPECT_LT(last, 0.8 * first) << "steps 1-10 " << first << ", 91-100 " << last;
 }
 
+TEST(QwenImageSeries, TrainsOnAspectRatioBucketsAtThreeRanks) {
+  // Wide and tall buckets (latents 4x8 and 8x4: non-square patch grids, centred RoPE rows and
+  // columns of different extents); one bucket per step, no_shard and optim_grads_params bitwise.
+  ParityOptions o;
+  o.small_model = false;
+  o.strategies = {"no_shard", "optim_grads_params"};
+  const auto runs = expect_identical_strategies(
+      towers_args() + " --set qwen_image.buckets=32x64,64x32 --set train.steps=3 --set train.micro_batch_size=1", 3, 3,
+      "qwen_image_buckets", o);
+  ASSERT_EQ(runs.size(), 2u);
+}
+
 TEST(QwenImageSeries, TrainsInBf16MixedPrecisionCloseToFloat32) {
   // 20b.yaml's mixed_precision.param_dtype: bf16 (the DiT runs on bf16 inputs, the loss in
   // float32): three steps, the losses within 1% of the float32 run's.
