@@ -6,6 +6,7 @@
 #include "models/llama/series.h"
 #include "models/qwen3/series.h"
 #include "models/qwen_image/reference.h"
+#include "models/qwen_image/series.h"
 #include "models/series.h"
 #include "models/t5/reference.h"
 #include "models/vae/series.h"
@@ -29,6 +30,7 @@ const std::vector<Series>& all_series() {
       qwen3::qwen3_moe_series(),
       z_image::z_image_series(),
       flux2::flux2_series(),
+      qwen_image::qwen_image_series(),
   };
   return series;
 }

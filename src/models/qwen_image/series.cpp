@@ -1,0 +1,55 @@
+// Series `qwen_image`: Qwen-Image as released on the shared image-series layer (series.h).
+#include "models/qwen_image/series.h"
+
+#include "io/torch_pth.h"
+#include "models/qwen_image/schedule.h"
+#include "models/wan/series.h"
+
+#include <utility>
+
+namespace zeroshard::models::qwen_image {
+
+Series qwen_image_series() {
+  diffusion::ImageSeriesSpec spec;
+  spec.name = "qwen_image";
+  spec.summary =
+      "Qwen-Image DiT as released (Qwen2.5-VL-7B text + Wan 2.1 VAE towers), flow matching as DiffSynth trains it "
+      "from a DiffSynth image folder or a prepared cache; true-CFG sampling";
+  spec.cache_format = "zeroshard qwen_image cache 1";
+  spec.conditioning_text = "Wan 2.1 VAE latents + Qwen2.5-VL last hidden states (template rows dropped)";
+  // "context": [n, text_hidden], the kept rows of the prompt's states; their count is the
+  // attention mask (every kept row is real; batches pad them with a 0 mask).
+  spec.cond_fields = {"context"};
+  spec.cache_shape = [](const train::TrainConfig& cfg) {
+    const auto& c = cfg.series_config<QwenImageSeriesConfig>();
+    return std::vector<std::pair<std::string, int64_t>>{{"height", c.io.height},
+                                                        {"width", c.io.width},
+                                                        {"drop_idx", c.drop_idx},
+                                                        {"text_len", c.text_len},
+                                                        {"text_hidden", c.text.hidden_size},
+                                                        {"z_dim", c.vae.z_dim}};
+  };
+  spec.make_config = [] { return std::make_unique<QwenImageSeriesConfig>(); };
+  spec.keys = [](const train::TrainConfig& cfg) -> const diffusion::ImageSeriesKeys& {
+    return cfg.series_config<QwenImageSeriesConfig>().io;
+  };
+  spec.build = [](const train::TrainConfig& cfg, bool with_dit,
+                  bool with_towers) -> std::shared_ptr<diffusion::ImagePipelineImpl> {
+    return std::make_shared<QwenImagePipelineImpl>(cfg.series_config<QwenImageSeriesConfig>(), with_dit, with_towers);
+  };
+  // The wan series' rule: the DiT, the text tower and the VAE are not units themselves (a unit
+  // hides the HookableModules inside it); their blocks are.
+  spec.is_unit = wan_unit;
+  // qwen_image.dit_from: the released transformer/ (diffusion_pytorch_model*.safetensors or its
+  // index): diffusers' names are the DiT's own.
+  spec.dit_source = [](const std::string& path) { return io::checkpoint_param_source(path); };
+  // DiffSynth's "Qwen-Image" training schedule (schedule.h), the same for every image size (mu 0.8,
+  // no dynamic shift in training).
+  spec.training_schedule = [](const train::TrainConfig& cfg, int64_t, int64_t) {
+    const auto& c = cfg.series_config<QwenImageSeriesConfig>();
+    return qwen_image_schedule(1000, c.io.shift, c.shift_terminal, /*training=*/true);
+  };
+  return diffusion::make_image_series(std::move(spec));
+}
+
+}  // namespace zeroshard::models::qwen_image
