@@ -2,7 +2,11 @@
 #include "models/flux/flux1_series.h"
 
 #include "io/safetensors.h"
+#include "models/diffusion/cond_cache.h"
+#include "models/flux/flux1_name_map.h"
 #include "models/flux/sizes.h"
+#include "nn/name_map.h"
+#include "util/text.h"
 
 #include <filesystem>
 #include <stdexcept>
@@ -172,11 +176,47 @@ at::Tensor PooledVectors::get(const std::string& prompt) const {
   return it->second;
 }
 
-}  // namespace zeroshard::models::flux
+
+// --- released files ------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::string> tensor_names(const std::string& path, const std::string& key) {
+  if (!std::filesystem::exists(path)) throw std::invalid_argument(key + ": file '" + path + "' does not exist");
+  std::vector<std::string> names;
+  if (util::ends_with(path, ".index.json")) {
+    const nlohmann::json index = diffusion::read_json_file(path);
+    if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
+      throw std::runtime_error(key + ": " + path + ": no \"weight_map\" object");
+    }
+    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) names.push_back(it.key());
+  } else {
+    const io::SafetensorsFile file(path);
+    for (const auto& e : file.entries()) names.push_back(e.name);
+  }
+  return names;
+}
+
+}  // namespace
+
+std::shared_ptr<ParamSource> flux1_dit_file_source(const std::string& path, const Flux1Config& c) {
+  // The names tell the layouts apart: only diffusers' FluxTransformer2DModel has
+  // transformer_blocks.* / x_embedder.*; BFL's flux1-*.safetensors has double_blocks.* / img_in.*.
+  bool diffusers = false;
+  for (const auto& n : tensor_names(path, "flux1.dit_from")) {
+    diffusers = diffusers || util::starts_with(n, "transformer_blocks.") || util::starts_with(n, "x_embedder.");
+  }
+  return nn::name_mapped_param_source(path, diffusers ? flux1_diffusers_name_map(c) : nn::NameMap());
+}
+
+std::shared_ptr<ParamSource> flux1_text_encoder_source(const std::string& path) {
+  // text_encoder_2/model.safetensors.index.json (or one file): transformers' T5EncoderModel names.
+  tensor_names(path, "flux1.text_encoder_from");
+  return nn::name_mapped_param_source(path, t5::hf_t5_name_map(/*shared_pos=*/true));
+}
 
 // --- the series --------------------------------------------------------------------------------
 
-namespace zeroshard::models::flux {
 
 Series flux1_series() {
   diffusion::ImageSeriesSpec spec;

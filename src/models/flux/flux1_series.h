@@ -44,6 +44,7 @@
 #include "models/t5/t5.h"
 #include "text/sentencepiece_tokenizer.h"
 #include "train/config.h"
+#include "zeroshard/param_source.h"
 
 #include <torch/torch.h>
 
@@ -136,6 +137,12 @@ class Flux1PipelineImpl : public diffusion::ImagePipelineImpl {
   std::unique_ptr<PooledVectors> pooled_;
 };
 TORCH_MODULE(Flux1Pipeline);
+
+// flux1.dit_from: a released transformer file (or .index.json) in BFL's names or diffusers'
+// (told apart by the names; flux1_name_map.h), served under our (BFL) names.
+std::shared_ptr<ParamSource> flux1_dit_file_source(const std::string& path, const Flux1Config& c);
+// flux1.text_encoder_from: text_encoder_2 in transformers' T5EncoderModel names (hf_t5_name_map).
+std::shared_ptr<ParamSource> flux1_text_encoder_source(const std::string& path);
 
 bool flux1_unit(const std::string& qualified_name);
 
