@@ -19,7 +19,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
+#include <sstream>
 
 using namespace zeroshard;
 using namespace zeroshard::testing;
@@ -152,6 +154,36 @@ TEST(Flux1Series, PackingScheduleAndIdsFollowDiffSynth) {
   EXPECT_NEAR(s.sigmas[999].item<double>(), last, 1e-7);
   EXPECT_NEAR(s.weights.mean().item<double>(), 1.0, 1e-5);  // DiffSynth's weights sum to 1000
   EXPECT_TRUE(at::equal(s.timesteps, s.sigmas * 1000));
+
+  // Bitwise against the same float32 arithmetic in PyTorch (DiffSynth's set_timesteps_flux and
+  // set_training_weight, written out), printed as hexadecimal floats.
+  const std::string py =
+      "import torch\n"
+      "smin = 0.003 / 1.002\n"
+      "u = torch.linspace(1.0, smin, 1000)\n"
+      "s = 3.0 * u / (1 + (3.0 - 1) * u)\n"
+      "t = s * 1000\n"
+      "y = torch.exp(-2 * ((t - 500) / 1000) ** 2)\n"
+      "y = y - y.min()\n"
+      "w = y * (1000 / y.sum())\n"
+      "for v in (s, t, w):\n"
+      "    print(' '.join(float(x).hex() for x in v.tolist()))\n";
+  const std::string script = make_temp_dir("flux1_schedule") + "/schedule.py";
+  std::ofstream(script) << py;
+  std::string out;
+  ASSERT_EQ(run_command("/usr/bin/python3 " + script, &out), 0) << out;
+  std::istringstream lines(out);
+  for (const at::Tensor& ours : {s.sigmas, s.timesteps, s.weights}) {
+    std::string line, word;
+    ASSERT_TRUE(std::getline(lines, line)) << out;
+    std::istringstream words(line);
+    int64_t i = 0;
+    for (; words >> word; ++i) {
+      ASSERT_LT(i, 1000);
+      EXPECT_EQ(ours[i].item<float>(), static_cast<float>(std::strtod(word.c_str(), nullptr))) << i;
+    }
+    EXPECT_EQ(i, 1000);
+  }
 }
 
 TEST(Flux1Series, FourStrategiesAgreeBitwiseForFullAndLoraTrainingAtThreeRanks) {
