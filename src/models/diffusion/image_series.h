@@ -42,8 +42,9 @@ class EpochOrder;
 
 // The keys every image series registers under its name (`z_image.dataset`, `flux1.cache`, ...).
 struct ImageSeriesKeys {
-  // Files: the frozen towers (empty: seeded) and the text tower's tokenizer.
-  std::string vae_from, text_encoder_from, tokenizer;
+  // Files: the DiT's released weights (ImageSeriesSpec::dit_source reads them; LoRA adapters stay
+  // seeded), the frozen towers (empty: seeded) and the text tower's tokenizer.
+  std::string dit_from, vae_from, text_encoder_from, tokenizer;
   // Data: a DiffSynth folder (metadata.csv: image, prompt) or a prepared cache.
   std::string dataset, cache;
   int64_t height = 1024, width = 1024;
@@ -72,6 +73,8 @@ struct ImageSeriesKeys {
 // The bucket (index into sizes) nearest an image of height x width in aspect ratio
 // (|log(w/h) - log(W/H)|, the first on ties).
 int64_t nearest_bucket(const std::vector<std::pair<int64_t, int64_t>>& sizes, int64_t height, int64_t width);
+// The bucket of an image file (its decoded size; 0 without decoding when there is one bucket).
+int64_t bucket_of_file(const std::vector<std::pair<int64_t, int64_t>>& sizes, const std::string& path);
 
 // One micro-batch of B samples.
 struct ImageBatch {
@@ -134,6 +137,12 @@ struct ImageSeriesSpec {
   std::function<std::shared_ptr<ImagePipelineImpl>(const train::TrainConfig&, bool with_dit, bool with_towers)> build;
   std::function<bool(const std::string&)> is_unit;
   std::vector<reference::ReferenceKind> reference_kinds;
+  // Optional: the DiT's parameters (under the pipeline's DiT names, without "dit.") from a released
+  // file (<series>.dit_from; e.g. through a name map); unset: the key is refused when given.
+  std::function<std::shared_ptr<ParamSource>(const std::string& path)> dit_source;
+  // Optional: the training schedule for images of height x width (unset: flow_match_schedule(1000,
+  // <series>.shift, training)).
+  std::function<FlowMatchSchedule(const train::TrainConfig&, int64_t height, int64_t width)> training_schedule;
 };
 
 // The registered series: training task, prepare, sample, LoRA on "dit.".
@@ -151,6 +160,7 @@ class ImageData {
   // One bucket: EpochOrder over all items. With buckets: step s draws bucket b with probability
   // |b| / N from (seed, s), and sample n is bucket b's EpochOrder at n.
   int64_t item_of(int64_t n, int64_t global_batch) const;
+  int64_t bucket_of(int64_t item) const { return bucket_of_.at(static_cast<size_t>(item)); }
   std::pair<int64_t, int64_t> size_of(int64_t item) const;  // (height, width) of its bucket
   const std::string& prompt(int64_t item) const { return prompts_.at(static_cast<size_t>(item)); }
   // Cache: the item's tensors under `field`.

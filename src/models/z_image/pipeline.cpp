@@ -1,6 +1,8 @@
 // The z_image series' config keys and its pipeline module (series.h).
 #include "models/z_image/series.h"
 
+#include "models/z_image/prompt.h"
+
 #include "models/diffusion/flow_match.h"
 #include "nn/init.h"
 #include "nn/layers.h"
@@ -12,7 +14,12 @@
 
 namespace zeroshard::models::z_image {
 
-ZImageSeriesConfig::ZImageSeriesConfig() : dit(z_image_turbo_6b()), text(qwen3::qwen3_4b()) {}
+ZImageSeriesConfig::ZImageSeriesConfig() : dit(z_image_turbo_6b()), text(qwen3::qwen3_4b()) {
+  // DiffSynth's Z-Image: shift 3 for training and sampling; ZImagePipeline's default guidance 5.
+  io.shift = 3.0;
+  io.sample_shift = 3.0;
+  io.guidance_scale = 5.0;
+}
 
 void ZImageSeriesConfig::register_keys(train::ConfigKeys& k) {
   {
@@ -37,32 +44,11 @@ void ZImageSeriesConfig::register_keys(train::ConfigKeys& k) {
     k.add_int("z_image.vae_ch", &vae.ch, 32, 1 << 12, "VAE base width (128; levels x1, x2, x4, x4), a multiple of 32");
     k.add_int("z_image.vae_num_res_blocks", &vae.num_res_blocks, 1, 16, "VAE residual blocks per level (2)");
   }
-  k.add_string("z_image.vae_from", &vae_from, {}, "the frozen VAE's safetensors (FLUX.1 ae.safetensors names); empty: seeded");
-  k.add_string("z_image.text_encoder_from", &text_encoder_from, {},
-               "the frozen Qwen3's safetensors (transformers names, model.*); empty: seeded");
-  k.add_string("z_image.tokenizer", &tokenizer, {}, "the Qwen3 tokenizer.json (tokenizer_config.json beside it)");
-  k.add_string("z_image.dataset", &dataset, {}, "a DiffSynth folder: metadata.csv (image, prompt) + jpg/png/webp");
-  k.add_string("z_image.cache", &cache, {},
-               "a conditioning cache (`zeroshard prepare` writes it): train without the towers; empty: towers in the loop");
-  k.add_int("z_image.height", &height, 16, 1 << 14, "image height (resize + centre crop; a multiple of 16)");
-  k.add_int("z_image.width", &width, 16, 1 << 14, "image width (a multiple of 16)");
-  k.add_string("z_image.buckets", &buckets, {},
-               "aspect-ratio buckets HxW,HxW,... (multiples of 16; each image to the nearest aspect ratio, one bucket "
-               "per step); empty: every image at height x width");
-  k.add_string("z_image.on_bad_file", &on_bad_file, {"stop", "skip"},
-               "prepare: stop at an unreadable image, or leave it out of the cache (listed in the report and "
-               "index.json); training with the towers in the loop always stops");
-  k.add_float("z_image.shift", &shift, 1e-3, 1e3, "flow-matching sigma shift for training (DiffSynth's Z-Image: 3)");
-  k.add_bool("z_image.timestep_weighting", &timestep_weighting,
-             "multiply each sample's MSE by DiffSynth's timestep weight (false: plain MSE)");
-  k.add_float("z_image.sample_shift", &sample_shift, 1e-3, 1e3, "sigma shift of the sampler's schedule (3)");
-  k.add_float("z_image.guidance_scale", &guidance_scale, 0.0, 1e3,
-              "sampling guidance g: pos + g (pos - neg) when g > 1 (ZImagePipeline; Turbo samples with 0)");
+  io.register_keys(k, "z_image", "the Qwen3 tokenizer.json (tokenizer_config.json beside it)");
   k.add_float("z_image.cfg_truncation", &cfg_truncation, 0.0, 1e3,
               "no guidance at steps whose 1 - sigma exceeds this (1: guidance at every step)");
   k.add_float("z_image.cfg_normalization", &cfg_normalization, 0.0, 1e3,
               "> 0: the guided prediction's norm is capped at this times the positive one's (0: off)");
-  k.add_string("z_image.negative_prompt", &negative_prompt, {}, "the sampler's negative prompt");
 }
 
 ZImageDitConfig ZImageSeriesConfig::dit_config() const {
@@ -76,40 +62,12 @@ qwen3::QwenConfig ZImageSeriesConfig::text_config() const { return text; }
 flux::Flux1VaeConfig ZImageSeriesConfig::vae_config() const { return vae; }
 int64_t ZImageSeriesConfig::spatial_factor() const { return vae.kl().spatial_factor(); }
 
-std::vector<std::pair<int64_t, int64_t>> ZImageSeriesConfig::bucket_sizes() const {
-  if (buckets.empty()) return {{height, width}};
-  std::vector<std::pair<int64_t, int64_t>> out;
-  for (const std::string& b : util::split_trimmed(buckets, ',')) {
-    const size_t x = b.find('x');
-    try {
-      if (x == std::string::npos) throw std::invalid_argument("no 'x'");
-      size_t used = 0;
-      const int64_t h = std::stoll(b.substr(0, x), &used);
-      if (used != x) throw std::invalid_argument("height");
-      const int64_t w = std::stoll(b.substr(x + 1), &used);
-      if (used != b.size() - x - 1) throw std::invalid_argument("width");
-      out.emplace_back(h, w);
-    } catch (const std::exception&) {
-      throw std::invalid_argument("z_image.buckets: '" + b + "' is not HxW (e.g. 1024x768), in '" + buckets + "'");
-    }
-  }
-  return out;
-}
-
 void ZImageSeriesConfig::validate(const train::TrainConfig& c) const {
   (void)c;
   dit_config().validate("z_image");
   text_config().validate("z_image.text_*");
   vae_config().kl().validate("z_image.vae_*");
-  const int64_t f = spatial_factor() * 2;  // VAE x DiT patch
-  if (height % f != 0 || width % f != 0) {
-    throw std::invalid_argument("z_image.height and z_image.width must be multiples of " + std::to_string(f) +
-                                " (VAE x patch), got " + std::to_string(height) + " x " + std::to_string(width));
-  }
-  if (cache.empty() && dataset.empty()) {
-    throw std::invalid_argument("z_image: set z_image.cache (a prepared conditioning cache) or z_image.dataset (towers "
-                                "in the loop)");
-  }
+  io.validate("z_image", spatial_factor() * 2);  // VAE x DiT patch
 }
 
 // --- the pipeline ------------------------------------------------------------------------------
@@ -121,7 +79,13 @@ ZImagePipelineImpl::ZImagePipelineImpl(const ZImageSeriesConfig& c, bool with_di
     vae = register_module("vae", flux::Flux1AutoEncoder(c.vae_config(), /*with_encoder=*/true, /*with_decoder=*/true));
     for (auto& p : text_encoder->parameters()) p.set_requires_grad(false);
     for (auto& p : vae->parameters()) p.set_requires_grad(false);
+    tokenizer_ = std::make_shared<text::BpeTokenizer>(load_tokenizer(c));
   }
+}
+
+std::vector<int64_t> ZImagePipelineImpl::latent_shape(int64_t height, int64_t width) const {
+  const int64_t f = config_.spatial_factor();
+  return {config_.vae.z_channels, height / f, width / f};
 }
 
 at::Tensor ZImagePipelineImpl::encode_image(const at::Tensor& image) {
@@ -134,8 +98,9 @@ at::Tensor ZImagePipelineImpl::encode_image(const at::Tensor& image) {
   return z;
 }
 
-at::Tensor ZImagePipelineImpl::encode_text(const at::Tensor& ids) {
+at::Tensor ZImagePipelineImpl::encode_text(const std::string& prompt) {
   TORCH_CHECK(text_encoder, "ZImagePipeline: built without its towers");
+  const at::Tensor ids = prompt_ids(*tokenizer_, prompt, config_.text_len);
   torch::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
   // hidden_states[-2]: the output of the second-to-last layer (qwen3/model.h).
@@ -144,103 +109,78 @@ at::Tensor ZImagePipelineImpl::encode_text(const at::Tensor& ids) {
   return states;
 }
 
-std::vector<at::Tensor> ZImagePipelineImpl::conditioning(const std::vector<at::Tensor>& images,
-                                                         const std::vector<at::Tensor>& ids) {
-  std::vector<at::Tensor> in(images.begin(), images.end());
-  in.insert(in.end(), ids.begin(), ids.end());
-  const size_t B = images.size();
-  return call_hooked(in, [this, B](const std::vector<at::Tensor>& x) {
-    std::vector<at::Tensor> out;
-    for (size_t i = 0; i < B; ++i) out.push_back(encode_image(x[i]));
-    for (size_t i = 0; i < B; ++i) out.push_back(encode_text(x[B + i]));
-    return out;
-  });
+std::map<std::string, at::Tensor> ZImagePipelineImpl::compute_condition(const at::Tensor& image,
+                                                                       const std::string& prompt) {
+  return {{"latent", encode_image(image)}, {"context", encode_text(prompt)}};
 }
 
-at::Tensor ZImagePipelineImpl::loss(const ZImageBatch& b) {
-  const size_t B = b.noises.size();
-  const bool towers = b.latents.empty();
-  std::vector<at::Tensor> in = towers ? b.images : b.latents;
-  const std::vector<at::Tensor>& second = towers ? b.ids : b.contexts;
-  in.insert(in.end(), second.begin(), second.end());
-  in.insert(in.end(), b.noises.begin(), b.noises.end());
-  in.push_back(b.sigmas);
-  in.push_back(b.timesteps);
-  in.push_back(b.weights);
-  return call_hooked(in, [this, B, towers](const std::vector<at::Tensor>& x) {
-    std::vector<at::Tensor> x0, ctx;
-    for (size_t i = 0; i < B; ++i) {
-      x0.push_back(towers ? encode_image(x[i]) : x[i]);
-      ctx.push_back(towers ? encode_text(x[B + i]) : x[B + i]);
-    }
-    const size_t k = 2 * B;
-    const at::Tensor& sigmas = x[k + B];
-    const at::Tensor& timesteps = x[k + B + 1];
-    const at::Tensor& weights = x[k + B + 2];
-    std::vector<at::Tensor> noisy;
-    for (size_t i = 0; i < B; ++i) {
-      const at::Tensor s = sigmas[static_cast<int64_t>(i)];
-      noisy.push_back(((1 - s) * x0[i] + s * x[k + i]).unsqueeze(1));  // add_noise; one frame
-    }
-    // model_fn_z_image: t = (1000 - timestep) / 1000, velocity = -output.
-    const at::Tensor t = (1000 - timesteps) / 1000;
-    const std::vector<at::Tensor> out = dit->forward(noisy, t, ctx, /*patch_size=*/2, /*f_patch_size=*/1);
-    std::vector<at::Tensor> per_sample;
-    for (size_t i = 0; i < B; ++i) {
-      const at::Tensor pred = flow_velocity(out[i].to(at::kFloat).squeeze(1));
-      const at::Tensor mse = (pred - (x[k + i] - x0[i])).pow(2).mean();
-      per_sample.push_back(mse * weights[static_cast<int64_t>(i)]);
-    }
-    return std::vector<at::Tensor>{at::stack(per_sample).mean()};
-  })[0];
+at::Tensor ZImagePipelineImpl::compute_loss(const diffusion::ImageBatch& b) {
+  const int64_t B = b.size();
+  std::vector<at::Tensor> noisy, x0, ctx;
+  for (int64_t i = 0; i < B; ++i) {
+    const size_t u = static_cast<size_t>(i);
+    x0.push_back(b.cached() ? b.latents[u] : encode_image(b.images[u]));
+    ctx.push_back(b.cached() ? b.conds[u].at("context") : encode_text(b.prompts[u]));
+  }
+  for (int64_t i = 0; i < B; ++i) {
+    const size_t u = static_cast<size_t>(i);
+    const at::Tensor s = b.sigmas[i];
+    noisy.push_back(((1 - s) * x0[u] + s * b.noises[u]).unsqueeze(1));  // add_noise; one frame
+  }
+  // model_fn_z_image: t = (1000 - timestep) / 1000, velocity = -output.
+  const at::Tensor t = (1000 - b.timesteps) / 1000;
+  const std::vector<at::Tensor> out = dit->forward(noisy, t, ctx, /*patch_size=*/2, /*f_patch_size=*/1);
+  std::vector<at::Tensor> per_sample;
+  for (int64_t i = 0; i < B; ++i) {
+    const size_t u = static_cast<size_t>(i);
+    const at::Tensor pred = flow_velocity(out[u].to(at::kFloat).squeeze(1));
+    const at::Tensor mse = (pred - (b.noises[u] - x0[u])).pow(2).mean();
+    per_sample.push_back(mse * b.weights[i]);
+  }
+  return at::stack(per_sample).mean();
 }
 
-at::Tensor ZImagePipelineImpl::generate(const std::vector<at::Tensor>& ids, const std::vector<at::Tensor>& neg_ids,
-                                        const at::Tensor& noise, const ZImageSampling& o) {
-  torch::NoGradGuard no_grad;
-  const size_t B = ids.size();
-  std::vector<at::Tensor> in(ids.begin(), ids.end());
-  in.insert(in.end(), neg_ids.begin(), neg_ids.end());
-  in.push_back(noise);
-  return call_hooked(in, [&](const std::vector<at::Tensor>& x) {
-    const bool cfg = o.guidance_scale > 1.0;  // ZImagePipeline.do_classifier_free_guidance
-    std::vector<at::Tensor> pos, neg;
+at::Tensor ZImagePipelineImpl::compute_sample(const std::vector<std::string>& prompts, const at::Tensor& noise,
+                                              int64_t steps) {
+  const ZImageSeriesConfig& c = config_;
+  const size_t B = prompts.size();
+  const bool cfg = c.io.guidance_scale > 1.0;  // ZImagePipeline.do_classifier_free_guidance
+  std::vector<at::Tensor> pos, neg;
+  for (size_t i = 0; i < B; ++i) {
+    pos.push_back(encode_text(prompts[i]));
+    if (cfg) neg.push_back(encode_text(c.io.negative_prompt));
+  }
+  // DiffSynth's Z-Image schedule (set_timesteps_z_image): `steps` sigmas from 1, the last step to 0.
+  const diffusion::FlowMatchSchedule s = diffusion::flow_match_schedule(steps, c.io.sample_shift, /*training=*/false);
+  std::vector<at::Tensor> lat;
+  for (size_t i = 0; i < B; ++i) lat.push_back(noise[static_cast<int64_t>(i)]);
+  for (int64_t j = 0; j < steps; ++j) {
+    const at::Tensor t = ((1000 - s.timesteps.narrow(0, j, 1)) / 1000).expand({static_cast<int64_t>(B)}).contiguous();
+    const double t_norm = t[0].item<double>();
+    const bool guide = cfg && !(t_norm > c.cfg_truncation);
+    std::vector<at::Tensor> in1;
+    for (const auto& l : lat) in1.push_back(l.unsqueeze(1));
+    const std::vector<at::Tensor> vp = dit->forward(in1, t, pos, 2, 1);
+    std::vector<at::Tensor> vn;
+    if (guide) vn = dit->forward(in1, t, neg, 2, 1);
+    const float next = j + 1 < steps ? s.sigmas[j + 1].item<float>() : 0.0f;
+    const at::Tensor dsigma = at::scalar_tensor(next, at::kFloat) - s.sigmas[j];
     for (size_t i = 0; i < B; ++i) {
-      pos.push_back(encode_text(x[i]));
-      if (cfg) neg.push_back(encode_text(x[B + i]));
-    }
-    // DiffSynth's Z-Image schedule (set_timesteps_z_image): `steps` sigmas from 1, the last step to 0.
-    const diffusion::FlowMatchSchedule s = diffusion::flow_match_schedule(o.steps, o.shift, /*training=*/false);
-    std::vector<at::Tensor> lat;
-    for (size_t i = 0; i < B; ++i) lat.push_back(x[2 * B][static_cast<int64_t>(i)]);
-    for (int64_t j = 0; j < o.steps; ++j) {
-      const at::Tensor t = ((1000 - s.timesteps.narrow(0, j, 1)) / 1000).expand({static_cast<int64_t>(B)}).contiguous();
-      const double t_norm = t[0].item<double>();
-      const bool guide = cfg && !(t_norm > o.cfg_truncation);
-      std::vector<at::Tensor> in1;
-      for (const auto& l : lat) in1.push_back(l.unsqueeze(1));
-      const std::vector<at::Tensor> vp = dit->forward(in1, t, pos, 2, 1);
-      std::vector<at::Tensor> vn;
-      if (guide) vn = dit->forward(in1, t, neg, 2, 1);
-      const float next = j + 1 < o.steps ? s.sigmas[j + 1].item<float>() : 0.0f;
-      const at::Tensor dsigma = at::scalar_tensor(next, at::kFloat) - s.sigmas[j];
-      for (size_t i = 0; i < B; ++i) {
-        at::Tensor pred = vp[i].to(at::kFloat).squeeze(1);
-        if (guide) {
-          const at::Tensor p = pred, n = vn[i].to(at::kFloat).squeeze(1);
-          pred = p + o.guidance_scale * (p - n);
-          if (o.cfg_normalization > 0) {
-            const at::Tensor cap = p.norm() * o.cfg_normalization, now = pred.norm();
-            if (now.item<double>() > cap.item<double>()) pred = pred * (cap / now);
-          }
+      at::Tensor pred = vp[i].to(at::kFloat).squeeze(1);
+      if (guide) {
+        const at::Tensor p = pred, n = vn[i].to(at::kFloat).squeeze(1);
+        pred = p + c.io.guidance_scale * (p - n);
+        if (c.cfg_normalization > 0) {
+          const at::Tensor cap = p.norm() * c.cfg_normalization, now = pred.norm();
+          if (now.item<double>() > cap.item<double>()) pred = pred * (cap / now);
         }
-        lat[i] = lat[i] + flow_velocity(pred) * dsigma;
       }
+      lat[i] = lat[i] + flow_velocity(pred) * dsigma;
     }
-    const at::Tensor z = at::stack(lat, 0);
-    const at::ScalarType dt = vae->decoder->parameters().front().scalar_type();
-    return std::vector<at::Tensor>{vae->decode(z.to(dt)).to(at::kFloat).clamp(-1, 1)};
-  })[0];
+  }
+  const at::Tensor z = at::stack(lat, 0);
+  const at::ScalarType dt = vae->decoder->parameters().front().scalar_type();
+  return vae->decode(z.to(dt)).to(at::kFloat).clamp(-1, 1);
 }
 
 // --- seeded initial values ---------------------------------------------------------------------

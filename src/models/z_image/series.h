@@ -22,10 +22,12 @@
 // (data.seed, n).
 #pragma once
 
+#include "models/diffusion/image_series.h"
 #include "models/flux/flux1_vae.h"
 #include "models/qwen3/model.h"
 #include "models/series.h"
 #include "models/z_image/z_image_dit.h"
+#include "text/bpe_tokenizer.h"
 #include "train/config.h"
 #include "zeroshard/nn/hookable.h"
 
@@ -46,74 +48,52 @@ struct ZImageSeriesConfig : train::SeriesConfigBase<ZImageSeriesConfig> {
   flux::Flux1VaeConfig vae;    // z_image.vae_ch, vae_num_res_blocks (16 latent channels, FLUX.1 factors)
   int64_t rope_axes_t = 32, rope_axes_h = 48, rope_axes_w = 48;
   int64_t text_len = 512;      // max_sequence_length
-  // Files: the frozen towers (empty: seeded), the Qwen3 tokenizer.json.
-  std::string vae_from, text_encoder_from, tokenizer;
-  // Data.
-  std::string dataset;  // a DiffSynth folder: metadata.csv (image, prompt) + images
-  std::string cache;    // a prepared conditioning cache; empty: towers in the loop
-  int64_t height = 1024, width = 1024;
-  // Aspect-ratio buckets "HxW,HxW,..." (empty: every image at height x width): each image goes to
-  // the bucket nearest its aspect ratio (|log(w/h) - log(W/H)|, the first on ties); every step's
-  // global batch comes from one bucket (data.h).
-  std::string buckets;
-  std::string on_bad_file = "stop";
-  // Flow matching.
-  double shift = 3.0;
-  bool timestep_weighting = true;
+  // Files, data, flow matching, sampling: z_image.dit_from, vae_from, text_encoder_from, tokenizer,
+  // dataset, cache, height, width, buckets, on_bad_file, shift (3), timestep_weighting,
+  // sample_shift (3), guidance_scale (5), negative_prompt (diffusion/image_series.h).
+  diffusion::ImageSeriesKeys io;
   // Sampling (diffusers ZImagePipeline): guidance when guidance_scale > 1, as pos + g (pos - neg);
   // none once 1 - sigma > cfg_truncation; cfg_normalization > 0 caps |pred| at that times |pos|.
-  double sample_shift = 3.0, guidance_scale = 5.0, cfg_truncation = 1.0, cfg_normalization = 0.0;
-  std::string negative_prompt;
+  double cfg_truncation = 1.0, cfg_normalization = 0.0;
 
   ZImageDitConfig dit_config() const;  // cap_feat_dim = text hidden, in_channels = 16, axes
   qwen3::QwenConfig text_config() const;
   flux::Flux1VaeConfig vae_config() const;
   int64_t spatial_factor() const;  // pixels per latent (8)
-  // The buckets as (height, width); {(height, width)} without z_image.buckets.
-  std::vector<std::pair<int64_t, int64_t>> bucket_sizes() const;
-};
-
-// One micro-batch: from the cache, latents [16, h, w] and text states [n, hidden] per sample;
-// with the towers in the loop, images [3, H, W] in [-1, 1] and token ids [1, n] instead.
-// noises like the latents; sigmas, timesteps (1000 sigma), weights: [B] float32.
-struct ZImageBatch {
-  std::vector<at::Tensor> latents, contexts, images, ids, noises;
-  at::Tensor sigmas, timesteps, weights;
-};
-
-// The sampler's settings (zeroshard sample).
-struct ZImageSampling {
-  int64_t steps = 20;
-  double shift = 3.0, guidance_scale = 5.0, cfg_truncation = 1.0, cfg_normalization = 0.0;
 };
 
 // The trained root: "dit.*" (released Z-Image names below), and with the towers "text_encoder.*"
 // (Qwen3, "model.*" below: transformers' names, no lm_head) and "vae.*" (ae.safetensors names).
 // Sharding units (z_image_unit): the DiT's blocks, the Qwen3 layers, the VAE's levels and mids;
 // the rest joins the root unit.
-class ZImagePipelineImpl : public nn::HookableModule {
+class ZImagePipelineImpl : public diffusion::ImagePipelineImpl {
  public:
+  // with_towers: also the Qwen3 tokenizer (z_image.tokenizer).
   ZImagePipelineImpl(const ZImageSeriesConfig& c, bool with_dit, bool with_towers);
-  // Mean over samples of weight_i * MSE(-dit(x_t, (1000 - timestep_i) / 1000), noise_i - x0_i),
-  // x_t = (1 - sigma_i) x0_i + sigma_i noise_i.
-  at::Tensor loss(const ZImageBatch& batch);
-  // The towers on samples, one at a time (what prepare caches): B latents, then B text states.
-  std::vector<at::Tensor> conditioning(const std::vector<at::Tensor>& images, const std::vector<at::Tensor>& ids);
-  // Euler sampling from noise [B, 16, h, w]; ids / neg_ids per image; returns [B, 3, H, W] in [-1, 1].
-  at::Tensor generate(const std::vector<at::Tensor>& ids, const std::vector<at::Tensor>& neg_ids, const at::Tensor& noise,
-                      const ZImageSampling& s);
-  // Seeded initial value of parameter `name` (LoRA adapters included), keyed by (seed, name).
-  void init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const;
+
+  std::vector<int64_t> latent_shape(int64_t height, int64_t width) const override;
+  void init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const override;
+  torch::nn::Module& dit_module() override { return *dit; }
 
   ZImageDit dit{nullptr};
   qwen3::QwenForCausalLM text_encoder{nullptr};
   flux::Flux1AutoEncoder vae{nullptr};
-  double towers_seconds = 0.0;  // spent in the towers since the last reset
+
+ protected:
+  // Mean over samples of weight_i * MSE(-dit(x_t, (1000 - timestep_i) / 1000), noise_i - x0_i),
+  // x_t = (1 - sigma_i) x0_i + sigma_i noise_i; the cache's field "context" [n, hidden].
+  at::Tensor compute_loss(const diffusion::ImageBatch& batch) override;
+  // {"latent": [16, h, w], "context": [n, hidden]}.
+  std::map<std::string, at::Tensor> compute_condition(const at::Tensor& image, const std::string& prompt) override;
+  // Euler steps of the shifted schedule (z_image.sample_shift) with Z-Image's guidance
+  // (guidance_scale, cfg_truncation, cfg_normalization, negative_prompt), then the VAE's decoder.
+  at::Tensor compute_sample(const std::vector<std::string>& prompts, const at::Tensor& noise, int64_t steps) override;
 
  private:
-  at::Tensor encode_image(const at::Tensor& image);  // [3, H, W] -> [16, h, w]
-  at::Tensor encode_text(const at::Tensor& ids);     // [1, n] -> [n, hidden]
+  at::Tensor encode_image(const at::Tensor& image);        // [3, H, W] -> [16, h, w]
+  at::Tensor encode_text(const std::string& prompt);       // -> [n, hidden]
   ZImageSeriesConfig config_;
+  std::shared_ptr<text::BpeTokenizer> tokenizer_;
 };
 TORCH_MODULE(ZImagePipeline);
 

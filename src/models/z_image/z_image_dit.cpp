@@ -311,8 +311,12 @@ std::vector<torch::Tensor> ZImageDitImpl::forward(const std::vector<torch::Tenso
     // Patchify: token (f, h, w) row-major, features (pf, ph, pw, c) — channel last.
     const torch::Tensor tokens =
         xi.view({C, Ft, pF, Ht, pH, Wt, pH}).permute({1, 3, 5, 2, 4, 6, 0}).reshape({T, pF * pH * pH * C});
-    img.push_back(torch::cat({x_embedder.forward(tokens), x_pad_token.expand({Tpad, c.dim})}, 0));
-    const torch::Tensor ce = linear_at(cap_embedder, 1).forward(cap_embedder[0]->as<nn::RMSNormImpl>()->forward(ci));
+    // Inputs in the weights' dtype (bf16 under mixed precision; float32 latents and states from a cache).
+    img.push_back(torch::cat({x_embedder.forward(tokens.to(x_embedder.weight.scalar_type())),
+                              x_pad_token.expand({Tpad, c.dim})},
+                             0));
+    const torch::Tensor ce = linear_at(cap_embedder, 1).forward(cap_embedder[0]->as<nn::RMSNormImpl>()->forward(
+        ci.to(linear_at(cap_embedder, 1).weight.scalar_type())));
     cap.push_back(torch::cat({ce, cap_pad_token.expand({Lp - L, c.dim})}, 0));
   }
   const at::ScalarType angle_dtype = img[0].scalar_type() == at::kDouble ? at::kDouble : at::kFloat;

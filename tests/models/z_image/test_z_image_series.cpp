@@ -5,7 +5,8 @@
 // resume, `zeroshard prepare` + training from the cache equal to the towers-in-the-loop run,
 // sampling to PNG, falling loss on the images, and the published size of 6b.yaml.
 #include "io/image_codec.h"
-#include "models/z_image/data.h"
+#include "models/diffusion/image_series.h"
+#include "models/z_image/prompt.h"
 #include "models/z_image/series.h"
 #include "support/spawn.h"
 #include "support/train_run.h"
@@ -184,7 +185,8 @@ TEST(ZImageSeries, BucketedBatchesComeFromOneBucketPerStepWhateverTheWorldSize) 
   const std::string buckets = "32x32,32x64,64x32";
   const train::TrainConfig cfg =
       train::load_config(kConfigs + "base.yaml", {"z_image.dataset=" + d, "z_image.buckets=" + buckets});
-  const models::z_image::ZImageData data(cfg.series_config<models::z_image::ZImageSeriesConfig>(), 7);
+  const models::diffusion::ImageData data(cfg.series_config<models::z_image::ZImageSeriesConfig>().io, "z_image",
+                                         "zeroshard z_image cache 1", {}, 7);
   const int64_t expect_bucket[] = {1, 2, 0, 1, 2, 0};
   for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(data.bucket_of(i), expect_bucket[i]) << files[i].first;
   EXPECT_EQ(data.size_of(0), std::make_pair(int64_t{32}, int64_t{64}));

@@ -1,0 +1,359 @@
+// The image series' pipeline base, training task, prepare and sample (image_series.h).
+#include "models/diffusion/image_series.h"
+
+#include "checkpoint/checkpoint.h"
+#include "io/torch_pth.h"
+#include "models/diffusion/cond_cache.h"
+#include "models/diffusion/image_folder.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+#include "sample/sample.h"
+#include "train/task.h"
+#include "util/text.h"
+#include "zeroshard/nn/deferred.h"
+#include "zeroshard/shard.h"
+
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
+#include <tuple>
+
+namespace zeroshard::models::diffusion {
+
+// --- the pipeline base: the series' pieces inside call_hooked -----------------------------------
+
+at::Tensor ImagePipelineImpl::loss(const ImageBatch& b) {
+  // The batch's tensors pass through the hooks in a fixed order and are read back from there.
+  std::vector<at::Tensor> in;
+  std::vector<std::vector<std::string>> fields(b.conds.size());
+  if (b.cached()) {
+    for (size_t i = 0; i < b.latents.size(); ++i) {
+      in.push_back(b.latents[i]);
+      for (const auto& [name, t] : b.conds.at(i)) {
+        fields[i].push_back(name);
+        in.push_back(t);
+      }
+    }
+  } else {
+    in.insert(in.end(), b.images.begin(), b.images.end());
+  }
+  in.insert(in.end(), b.noises.begin(), b.noises.end());
+  in.push_back(b.sigmas);
+  in.push_back(b.timesteps);
+  in.push_back(b.weights);
+  return call_hooked(in, [this, &b, fields](const std::vector<at::Tensor>& x) {
+    ImageBatch h;
+    size_t k = 0;
+    if (b.cached()) {
+      for (size_t i = 0; i < b.latents.size(); ++i) {
+        h.latents.push_back(x[k++]);
+        std::map<std::string, at::Tensor> c;
+        for (const auto& name : fields[i]) c[name] = x[k++];
+        h.conds.push_back(std::move(c));
+      }
+    } else {
+      for (size_t i = 0; i < b.images.size(); ++i) h.images.push_back(x[k++]);
+      h.prompts = b.prompts;
+    }
+    for (size_t i = 0; i < b.noises.size(); ++i) h.noises.push_back(x[k++]);
+    h.sigmas = x[k];
+    h.timesteps = x[k + 1];
+    h.weights = x[k + 2];
+    return std::vector<at::Tensor>{compute_loss(h)};
+  })[0];
+}
+
+std::map<std::string, at::Tensor> ImagePipelineImpl::condition(const at::Tensor& image, const std::string& prompt) {
+  std::vector<std::string> names;
+  const std::vector<at::Tensor> out = call_hooked({image}, [&](const std::vector<at::Tensor>& x) {
+    std::vector<at::Tensor> values;
+    for (auto& [name, t] : compute_condition(x[0], prompt)) {
+      names.push_back(name);
+      values.push_back(t);
+    }
+    return values;
+  });
+  std::map<std::string, at::Tensor> m;
+  for (size_t i = 0; i < names.size(); ++i) m[names[i]] = out[i];
+  return m;
+}
+
+at::Tensor ImagePipelineImpl::sample(const std::vector<std::string>& prompts, const at::Tensor& noise, int64_t steps) {
+  torch::NoGradGuard no_grad;
+  return call_hooked(std::vector<at::Tensor>{noise}, [&](const std::vector<at::Tensor>& x) {
+    return std::vector<at::Tensor>{compute_sample(prompts, x[0], steps)};
+  })[0];
+}
+
+namespace {
+
+std::string num(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+bool is_tower(const std::string& n) { return util::starts_with(n, "vae.") || util::starts_with(n, "text_encoder."); }
+
+// Seeded values (the pipeline's init_parameter), the towers and the DiT from their files when given.
+std::shared_ptr<ParamSource> pipeline_source(const ImageSeriesSpec& spec, const ImageSeriesKeys& k,
+                                             std::shared_ptr<ParamSource> seeded, bool with_dit, bool with_towers) {
+  std::shared_ptr<ParamSource> source = std::move(seeded);
+  auto from_file = [&source](const std::string& prefix, std::shared_ptr<ParamSource> file) {
+    source = combine_param_sources(source, prefixed_param_source(std::move(file), prefix), [prefix](const std::string& n) {
+      // A DiT file holds the base weights; LoRA adapters stay seeded.
+      return util::starts_with(n, prefix) && !nn::is_lora_parameter(n);
+    });
+  };
+  auto check = [&spec](const std::string& path, const std::string& key) {
+    if (!std::filesystem::exists(path)) {
+      throw std::invalid_argument(spec.name + "." + key + ": file '" + path + "' does not exist");
+    }
+  };
+  if (with_towers) {
+    for (const auto& [path, prefix, key] : {std::tuple<std::string, std::string, std::string>{k.vae_from, "vae.", "vae_from"},
+                                            {k.text_encoder_from, "text_encoder.", "text_encoder_from"}}) {
+      if (path.empty()) continue;
+      check(path, key);
+      from_file(prefix, io::checkpoint_param_source(path));
+    }
+  }
+  if (with_dit && !k.dit_from.empty()) {
+    if (!spec.dit_source) throw std::invalid_argument(spec.name + ".dit_from: this series reads no DiT file");
+    check(k.dit_from, "dit_from");
+    from_file("dit.", spec.dit_source(k.dit_from));
+  }
+  return source;
+}
+
+class ImageTask : public train::GeneratedSampleTask {
+ public:
+  ImageTask(const ImageSeriesSpec& spec, const train::TrainConfig& cfg, int rank, int world)
+      : GeneratedSampleTask(cfg, rank, world),
+        spec_(spec),
+        keys_(spec.keys(cfg_)),
+        data_(keys_, spec.name, spec.cache_format, spec.cache_shape(cfg_), static_cast<uint64_t>(cfg.data.seed)) {
+    nn::DeferredInit deferred;
+    model_ = spec.build(cfg_, /*with_dit=*/true, /*with_towers=*/!data_.cached());
+    if (cfg.lora.rank > 0) {
+      adapted_ = nn::apply_lora(model_->dit_module(), train::lora_options(cfg));
+      for (auto& name : adapted_) name = "dit." + name;
+    }
+  }
+
+  std::shared_ptr<nn::HookableModule> module() const override { return model_; }
+  void init_parameter(const std::string& name, at::Tensor& param) const override {
+    model_->init_parameter(static_cast<uint64_t>(cfg_.train.seed), name, param);
+  }
+  std::shared_ptr<ParamSource> initial_source(std::shared_ptr<ParamSource> seeded) const override {
+    return pipeline_source(spec_, keys_, std::move(seeded), true, !data_.cached());
+  }
+
+  at::Tensor loss(int64_t step, int64_t micro) override {
+    const int64_t first = first_index(step, micro);
+    ImageBatch b;
+    const auto [h, w] = data_.size_of(data_.item_of(first, global_batch()));  // one bucket per step
+    TrainingDraws draws(schedule(h, w), keys_.timestep_weighting);
+    for (int64_t i = 0; i < cfg_.train.micro_batch_size; ++i) {
+      const int64_t n = first + i;
+      const int64_t item = data_.item_of(n, global_batch());
+      std::vector<int64_t> latent_shape;
+      if (data_.cached()) {
+        b.latents.push_back(data_.read(item, "latent"));
+        latent_shape = b.latents.back().sizes().vec();
+        std::map<std::string, at::Tensor> c;
+        for (const auto& f : spec_.cond_fields) c[f] = data_.read(item, f);
+        b.conds.push_back(std::move(c));
+      } else {
+        latent_shape = model_->latent_shape(h, w);
+        b.images.push_back(data_.image(item));
+        b.prompts.push_back(data_.prompt(item));
+      }
+      b.noises.push_back(draws.add(static_cast<uint64_t>(cfg_.data.seed), spec_.name + ".noise." + std::to_string(n),
+                                   latent_shape));
+    }
+    b.sigmas = draws.sigmas();
+    b.timesteps = draws.timesteps();
+    b.weights = draws.weights();
+    return model_->loss(b);
+  }
+
+  nlohmann::json finish_step(Communicator& comm) override {
+    if (data_.cached()) return nlohmann::json::object();
+    at::Tensor t = at::full({1}, model_->towers_seconds, at::kDouble);
+    comm.all_reduce(t);
+    model_->towers_seconds = 0.0;
+    return {{"towers_s", t.item<double>() / comm.world_size()}};
+  }
+
+  std::string item_name() const override { return "images"; }
+
+ private:
+  // run.dump_batches: the dataset items of the micro-batch.
+  at::Tensor samples(int64_t first) const override {
+    std::vector<int64_t> items;
+    for (int64_t i = 0; i < cfg_.train.micro_batch_size; ++i) items.push_back(data_.item_of(first + i, global_batch()));
+    return at::tensor(items, at::kLong);
+  }
+  int64_t global_batch() const { return cfg_.train.micro_batch_size * cfg_.train.grad_accum * world_; }
+  const FlowMatchSchedule& schedule(int64_t h, int64_t w) {
+    auto it = schedules_.find({h, w});
+    if (it == schedules_.end()) {
+      it = schedules_
+               .emplace(std::make_pair(h, w), spec_.training_schedule ? spec_.training_schedule(cfg_, h, w)
+                                                                       : flow_match_schedule(1000, keys_.shift, true))
+               .first;
+    }
+    return it->second;
+  }
+
+  ImageSeriesSpec spec_;
+  const ImageSeriesKeys& keys_;
+  ImageData data_;
+  std::map<std::pair<int64_t, int64_t>, FlowMatchSchedule> schedules_;
+  std::shared_ptr<ImagePipelineImpl> model_;
+};
+
+std::string prepare(const ImageSeriesSpec& spec, const train::TrainConfig& cfg, const RendezvousInfo& rdv) {
+  const ImageSeriesKeys& k = spec.keys(cfg);
+  const std::string& s = spec.name;
+  if (k.cache.empty()) throw std::invalid_argument(s + ".cache: the folder to write the cache to is required");
+  const data::MediaDataset d = load_captioned_images(k.dataset, s + ".dataset", k.on_bad_file == "skip");
+  const auto sizes = k.bucket_sizes(s);
+
+  auto comm = make_communicator(rdv);
+  const int rank = comm->rank(), world = comm->world_size();
+  std::shared_ptr<ImagePipelineImpl> p;
+  {
+    nn::DeferredInit deferred;
+    p = spec.build(cfg, /*with_dit=*/false, /*with_towers=*/true);
+  }
+  ShardOptions so = train::shard_options(cfg);
+  const uint64_t seed = static_cast<uint64_t>(cfg.train.seed);
+  so.param_source = pipeline_source(
+      spec, k, param_source_from_init([&p, seed](const std::string& n, at::Tensor& t) { p->init_parameter(seed, n, t); }),
+      false, true);
+  auto sharded = fully_shard(p, comm, so);
+
+  const int64_t N = static_cast<int64_t>(d.samples.size());
+  CacheWriter writer(k.cache, rank);
+  for (int64_t r = 0; r < record_rounds(N, world); ++r) {
+    const int64_t record = r * world + rank;
+    const bool real = record < N;
+    const auto& sample = d.samples[static_cast<size_t>(real ? record : 0)];
+    at::Tensor image;
+    bool readable = true;
+    try {
+      const auto [h, w] = sizes.at(static_cast<size_t>(bucket_of_file(sizes, sample.media_path)));
+      image = load_image_tensor(sample.media_path, h, w);
+    } catch (const std::exception& e) {
+      if (k.on_bad_file == "stop") throw std::runtime_error(sample.location + ": " + e.what());
+      if (real) writer.left_out(sample.location + ": " + e.what());
+      readable = false;
+      image = at::zeros({3, k.height, k.width});  // keeps this rank's tower passes in step
+    }
+    const std::map<std::string, at::Tensor> out = p->condition(image, sample.prompt);
+    if (real && readable) writer.add(record, NamedTensors(out.begin(), out.end()));
+  }
+  // Each item's bucket in index.json: rank 0 finds it again from the file's size (describe).
+  nlohmann::json meta = {{"dataset", k.dataset}, {"left_out", d.errors}, {"buckets", k.bucket_text(s)}};
+  for (const auto& [key, value] : spec.cache_shape(cfg)) meta[key] = value;
+  const int64_t n = writer.finish(*comm, spec.cache_format, meta, [&d, &sizes](int64_t record) {
+    const auto& item = d.samples[static_cast<size_t>(record)];
+    return nlohmann::json{{"media", item.media}, {"prompt", item.prompt}, {"bucket", bucket_of_file(sizes, item.media_path)}};
+  });
+  if (rank != 0) return {};
+  std::string report = s + ": cached " + std::to_string(n) + " of " + std::to_string(N) + " items (" +
+                       spec.conditioning_text + ") from " + k.dataset + " in " + k.cache + " on " +
+                       std::to_string(world) + " ranks";
+  const nlohmann::json index = read_json_file(k.cache + "/index.json");
+  for (const auto& l : index.at("left_out")) report += "\n  left out: " + l.get<std::string>();
+  return report;
+}
+
+// `zeroshard sample`: --prompt (or the first --clips prompts of the run's data), --steps steps of
+// the series' sampler, the VAE's decoder; one PNG, the images side by side.
+std::string sample_images(const ImageSeriesSpec& spec, const sample::SampleOptions& o, ckpt::Checkpoint& ck,
+                          const train::TrainConfig& cfg, const RendezvousInfo& rdv) {
+  if (o.clips < 1) throw std::invalid_argument("--clips must be >= 1, got " + std::to_string(o.clips));
+  if (o.denoise_steps < 1) throw std::invalid_argument("--steps must be >= 1, got " + std::to_string(o.denoise_steps));
+  const std::string& s = spec.name;
+  ImageSeriesKeys k = spec.keys(cfg);
+  // The towers: the checkpoint's when it trained with them, else the run's tower files.
+  const nlohmann::json& saved = ck.config();
+  bool towers_in_checkpoint = false;
+  for (const auto& t : ck.tensors()) towers_in_checkpoint = towers_in_checkpoint || is_tower(t.name);
+  if (!towers_in_checkpoint && saved.contains(s)) {
+    k.vae_from = saved[s].value("vae_from", std::string());
+    k.text_encoder_from = saved[s].value("text_encoder_from", std::string());
+  }
+  // The run's train.seed seeded its towers (model_overrides carries the series keys, not it).
+  const uint64_t seed = saved.contains("train") && saved["train"].contains("seed")
+                            ? saved["train"]["seed"].get<uint64_t>()
+                            : static_cast<uint64_t>(cfg.train.seed);
+  std::vector<std::string> prompts;
+  if (o.prompt != "\n") {
+    prompts.assign(static_cast<size_t>(o.clips), o.prompt);
+  } else {
+    const ImageData data(k, s, spec.cache_format, spec.cache_shape(cfg), static_cast<uint64_t>(cfg.data.seed));
+    for (int64_t i = 0; i < o.clips; ++i) prompts.push_back(data.prompt(i % data.size()));
+  }
+
+  auto comm = make_communicator(rdv);
+  std::shared_ptr<ImagePipelineImpl> p;
+  {
+    nn::DeferredInit deferred;
+    p = spec.build(cfg, true, true);
+    if (cfg.lora.rank > 0) nn::apply_lora(p->dit_module(), train::lora_options(cfg));
+  }
+  ShardOptions so = sample::sampling_shard_options(cfg, o, ck);
+  if (!towers_in_checkpoint) {
+    k.dit_from.clear();  // the DiT is the checkpoint's
+    so.param_source = combine_param_sources(
+        so.param_source,
+        pipeline_source(spec, k,
+                        param_source_from_init([&p, seed](const std::string& n, at::Tensor& t) { p->init_parameter(seed, n, t); }),
+                        false, true),
+        is_tower);
+  }
+  auto sharded = fully_shard(p, comm, so);
+
+  std::vector<at::Tensor> noise;
+  for (int64_t i = 0; i < o.clips; ++i) {
+    auto gen = nn::generator_for(o.seed, s + ".sample.noise." + std::to_string(i));
+    noise.push_back(at::randn(p->latent_shape(k.height, k.width), gen, at::kFloat));
+  }
+  const at::Tensor images = p->sample(prompts, at::stack(noise), o.denoise_steps);
+
+  const std::string png = sample::output_path(ck, o.out, "samples.png");
+  if (comm->rank() == 0) write_image_row(png, images);
+  comm->barrier();
+  std::string summary = "generated " + std::to_string(o.clips) + " images " + std::to_string(k.height) + "x" +
+                        std::to_string(k.width) + " (" + std::to_string(o.denoise_steps) + " steps, shift " +
+                        num(k.sample_shift) + ", guidance " + num(k.guidance_scale) + "); wrote " + png +
+                        "; prompts, in order:";
+  for (const auto& pr : prompts) summary += "\n  " + pr;
+  return summary;
+}
+
+}  // namespace
+
+Series make_image_series(ImageSeriesSpec spec) {
+  Series s;
+  s.name = spec.name;
+  s.summary = spec.summary;
+  s.make_config = spec.make_config;
+  s.make_task = [spec](const train::TrainConfig& c, int rank, int world) -> std::unique_ptr<train::Task> {
+    return std::make_unique<ImageTask>(spec, c, rank, world);
+  };
+  s.is_unit = spec.is_unit;
+  s.sample = [spec](const sample::SampleOptions& o, ckpt::Checkpoint& ck, const train::TrainConfig& cfg,
+                    const RendezvousInfo& rdv) { return sample_images(spec, o, ck, cfg, rdv); };
+  s.prepare = [spec](const train::TrainConfig& cfg, const RendezvousInfo& rdv) { return prepare(spec, cfg, rdv); };
+  s.reference_kinds = spec.reference_kinds;
+  s.supports_lora = true;
+  s.adapter_root = "dit.";
+  return s;
+}
+
+}  // namespace zeroshard::models::diffusion
