@@ -20,9 +20,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 Flux1PipelineImpl::Flux1PipelineImpl(const Flux1SeriesConfig& c, bool with_dit, bool with_towers)
-    : config_(c),
-      train_schedule_(flux1_schedule(1000, c.io.shift, /*training=*/true)),
-      shared_schedule_(diffusion::flow_match_schedule(1000, c.io.shift, /*training=*/true)) {
+    : config_(c) {
   if (with_dit) dit = register_module("dit", Flux1DiT(c.dit_config()));
   if (with_towers) {
     text_encoder = register_module("text_encoder", t5::T5Encoder(c.text_config()));
@@ -104,16 +102,8 @@ at::Tensor Flux1PipelineImpl::compute_loss(const diffusion::ImageBatch& b) {
       vec.push_back(pooled(b.prompts.at(k)));
     }
   }
-  // The draws' timestep ids (uniform in [0, 1000)) on FLUX.1's training schedule: the batch
-  // carries the shared schedule's values, whose id is found as DiffSynth finds it (argmin).
-  std::vector<at::Tensor> sig, ts, wt;
-  for (int64_t i = 0; i < B; ++i) {
-    const int64_t id = (shared_schedule_.timesteps - b.timesteps[i]).abs().argmin().item<int64_t>();
-    sig.push_back(train_schedule_.sigmas[id]);
-    ts.push_back(train_schedule_.timesteps[id]);
-    wt.push_back(config_.io.timestep_weighting ? train_schedule_.weights[id] : at::ones({}, at::kFloat));
-  }
-  const at::Tensor sigmas = at::stack(sig), timesteps = at::stack(ts), weights = at::stack(wt);
+  // The batch's draws come from FLUX.1's training schedule (the spec's training_schedule).
+  const at::Tensor sigmas = b.sigmas, timesteps = b.timesteps, weights = b.weights;
   const at::Tensor X0 = at::stack(x0), noise = at::stack(b.noises);
   const at::Tensor s = sigmas.view({B, 1, 1, 1});
   const at::Tensor noisy = (1 - s) * X0 + s * noise;  // add_noise

@@ -57,9 +57,6 @@ void Flux1SeriesConfig::register_keys(train::ConfigKeys& k) {
   k.add_string("flux1.pooled_from", &pooled_from, {},
                "safetensors with CLIP-L's pooled vector [768] per prompt, each tensor named by its prompt "
                "(docs/flux1.md); required with the towers in the loop, by prepare and sampling");
-  k.add_string("flux1.dit_from", &dit_from, {},
-               "the DiT's initial values from a released transformer file (flux1-dev.safetensors in BFL names or "
-               "diffusers' transformer/*.safetensors[.index.json]); adapters stay seeded; empty: seeded");
 }
 
 Flux1Config Flux1SeriesConfig::dit_config() const {
@@ -87,8 +84,8 @@ void Flux1SeriesConfig::validate(const train::TrainConfig& c) const {
   text_config().validate();
   vae_config().kl().validate("flux1.vae_*");
   io.validate("flux1", spatial_factor() * 2);  // VAE x 2x2 patch
-  if (!dit_from.empty() && !c.init_from.empty()) {
-    throw std::invalid_argument("flux1.dit_from and model.init_from both give the DiT's initial values (" + dit_from +
+  if (!io.dit_from.empty() && !c.init_from.empty()) {
+    throw std::invalid_argument("flux1.dit_from and model.init_from both give the DiT's initial values (" + io.dit_from +
                                 ", " + c.init_from + "): set one");
   }
 }
@@ -108,7 +105,9 @@ diffusion::FlowMatchSchedule flux1_schedule(int64_t steps, double shift, bool tr
     // DiffSynth's set_training_weight on x = 1000 sigma (for 1000 steps: no rescaling).
     const at::Tensor y = at::exp(-2 * ((s.timesteps - 500) / 1000).pow(2));
     const at::Tensor shifted = y - y.min();
-    s.weights = shifted * (1000.0 / shifted.sum());
+    // `steps / y_shifted.sum()` with a Python number on the left is Tensor.__rtruediv__, i.e.
+    // reciprocal() * steps: rounded differently from a float32 division (the PyTorch test sees it).
+    s.weights = shifted * (shifted.sum().reciprocal() * 1000.0);
     if (steps != 1000) {
       s.weights = s.weights * (static_cast<double>(steps) / 1000.0);
       s.weights = s.weights + s.weights[steps > 1 ? 1 : 0];
@@ -242,6 +241,10 @@ Series flux1_series() {
         std::make_shared<Flux1PipelineImpl>(cfg.series_config<Flux1SeriesConfig>(), with_dit, with_towers));
   };
   spec.is_unit = flux1_unit;
+  spec.dit_source = [](const std::string& path) { return flux1_dit_file_source(path, flux1_dev()); };
+  spec.training_schedule = [](const train::TrainConfig& cfg, int64_t, int64_t) {
+    return flux1_schedule(1000, cfg.series_config<Flux1SeriesConfig>().io.shift, /*training=*/true);
+  };
   // The flux family's reference kinds (flux1_dit, flux1_vae_*) are listed by series_list.cpp's
   // reference_kinds() already (models::flux::reference_kinds()), T5's by models::t5.
   return diffusion::make_image_series(std::move(spec));

@@ -69,8 +69,7 @@ struct Flux1SeriesConfig : train::SeriesConfigBase<Flux1SeriesConfig> {
   double train_guidance = 1.0;       // DiffSynth's training embedded_guidance (dev)
   double true_cfg_scale = 1.0;       // DiffSynth's cfg_scale (1: no true CFG)
   std::string pooled_from;           // safetensors: prompt -> CLIP-L pooled [768]
-  std::string dit_from;              // released transformer file (BFL or diffusers names)
-  diffusion::ImageSeriesKeys io;     // flux1.vae_from, text_encoder_from, tokenizer, dataset, ...
+  diffusion::ImageSeriesKeys io;     // flux1.dit_from, vae_from, text_encoder_from, tokenizer, dataset, ...
 
   Flux1Config dit_config() const;     // context_in_dim = text dim, in/out = 4 z_channels, axes
   t5::T5Config text_config() const;   // shared_pos (T5 v1.1)
@@ -132,14 +131,14 @@ class Flux1PipelineImpl : public diffusion::ImagePipelineImpl {
                       double guidance);
 
   Flux1SeriesConfig config_;
-  diffusion::FlowMatchSchedule train_schedule_, shared_schedule_;
   std::unique_ptr<text::SentencePieceTokenizer> tokenizer_;
   std::unique_ptr<PooledVectors> pooled_;
 };
 TORCH_MODULE(Flux1Pipeline);
 
 // flux1.dit_from: a released transformer file (or .index.json) in BFL's names or diffusers'
-// (told apart by the names; flux1_name_map.h), served under our (BFL) names.
+// (told apart by the names; flux1_name_map.h), served under our (BFL) names. Any config's map
+// reads any size (reading places the fused pieces by the file's and the model's shapes).
 std::shared_ptr<ParamSource> flux1_dit_file_source(const std::string& path, const Flux1Config& c);
 // flux1.text_encoder_from: text_encoder_2 in transformers' T5EncoderModel names (hf_t5_name_map).
 std::shared_ptr<ParamSource> flux1_text_encoder_source(const std::string& path);
