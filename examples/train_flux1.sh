@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Trains the flux1 series (FLUX.1 dev / schnell as released; configs/flux1/) with ZeRO-3 on this host, or on several hosts:
 #   examples/train_flux1.sh --set flux1.dataset=DIR --set flux1.tokenizer=spiece.model \
-#       --set flux1.pooled_from=pooled.safetensors                                      # 2 local ranks
+#       --set flux1.pooled_file=pooled.safetensors                                      # 2 local ranks
 #   examples/train_flux1.sh --set flux1.cache=CACHE     # after `zeroshard prepare` (configs/flux1/cache.yaml)
 #   NNODES=2 NODE_RANK=$h MASTER_ADDR=10.0.0.1 examples/train_flux1.sh ... --set parallel.hybrid=true
 # (see examples/launch.sh for the variables). DIR is a DiffSynth folder: metadata.csv with an

@@ -66,7 +66,7 @@ at::Tensor Flux1PipelineImpl::encode_text(const std::string& prompt) {
 
 at::Tensor Flux1PipelineImpl::pooled(const std::string& prompt) {
   // Read on first use (not in the constructor, which runs under nn::DeferredInit).
-  if (!pooled_) pooled_ = std::make_unique<PooledVectors>(config_.pooled_from, config_.dit.vec_in_dim);
+  if (!pooled_) pooled_ = std::make_unique<PooledVectors>(config_.pooled_file, config_.dit.vec_in_dim);
   return pooled_->get(prompt);
 }
 

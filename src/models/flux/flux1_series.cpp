@@ -54,9 +54,10 @@ void Flux1SeriesConfig::register_keys(train::ConfigKeys& k) {
               "embedded guidance of training (dev; DiffSynth's FLUX training: 1)");
   k.add_float("flux1.true_cfg_scale", &true_cfg_scale, 0.0, 1e3,
               "sampling: true CFG v_neg + c (v_pos - v_neg) when > 1 (DiffSynth's cfg_scale; 1: off)");
-  k.add_string("flux1.pooled_from", &pooled_from, {},
+  k.add_string("flux1.pooled_file", &pooled_file, {},
                "safetensors with CLIP-L's pooled vector [768] per prompt, each tensor named by its prompt "
-               "(docs/flux1.md); required with the towers in the loop, by prepare and sampling");
+               "(docs/flux1.md); required with the towers in the loop, by prepare and sampling (not an initial value: "
+               "a run's checkpoint keeps it for sampling, as flux1.tokenizer)");
 }
 
 Flux1Config Flux1SeriesConfig::dit_config() const {
@@ -149,15 +150,15 @@ at::Tensor flux1_prompt_ids(const text::SentencePieceTokenizer& tok, const std::
 PooledVectors::PooledVectors(const std::string& path, int64_t width) : path_(path), width_(width) {
   if (path.empty()) {
     throw std::invalid_argument(
-        "flux1.pooled_from: the CLIP-L pooled vectors (a safetensors file, one [" + std::to_string(width) +
+        "flux1.pooled_file: the CLIP-L pooled vectors (a safetensors file, one [" + std::to_string(width) +
         "] tensor per prompt named by the prompt; docs/flux1.md) are required with the towers (no CLIP tower here)");
   }
-  if (!std::filesystem::exists(path)) throw std::invalid_argument("flux1.pooled_from: file '" + path + "' does not exist");
+  if (!std::filesystem::exists(path)) throw std::invalid_argument("flux1.pooled_file: file '" + path + "' does not exist");
   const io::SafetensorsFile file(path);
   for (const auto& e : file.entries()) {
     at::Tensor t = file.read(e.name).to(at::kFloat).reshape({-1});
     if (t.numel() != width) {
-      throw std::runtime_error("flux1.pooled_from: " + path + ": tensor '" + e.name + "' has shape " +
+      throw std::runtime_error("flux1.pooled_file: " + path + ": tensor '" + e.name + "' has shape " +
                                io::shape_text(e.shape) + ", expected [" + std::to_string(width) +
                                "] (flux1.vec_in_dim)");
     }
@@ -168,7 +169,7 @@ PooledVectors::PooledVectors(const std::string& path, int64_t width) : path_(pat
 at::Tensor PooledVectors::get(const std::string& prompt) const {
   const auto it = vectors_.find(prompt);
   if (it == vectors_.end()) {
-    throw std::runtime_error("flux1.pooled_from: " + path_ + " has no pooled vector for the prompt \"" + prompt +
+    throw std::runtime_error("flux1.pooled_file: " + path_ + " has no pooled vector for the prompt \"" + prompt +
                              "\" (" + std::to_string(vectors_.size()) +
                              " prompts in the file; compute the missing ones with the released CLIP, docs/flux1.md)");
   }
@@ -221,7 +222,7 @@ Series flux1_series() {
   diffusion::ImageSeriesSpec spec;
   spec.name = "flux1";
   spec.summary = "FLUX.1 dev / schnell as released (T5 v1.1 text + FLUX.1 VAE towers, CLIP-L pooled vectors from "
-                 "flux1.pooled_from), flow matching as DiffSynth trains FLUX.1, from a DiffSynth image folder or a "
+                 "flux1.pooled_file), flow matching as DiffSynth trains FLUX.1, from a DiffSynth image folder or a "
                  "prepared cache";
   spec.cache_format = "zeroshard flux1 cache 1";
   spec.conditioning_text = "FLUX.1 VAE latents + T5 states (text_len rows) + CLIP-L pooled vectors";

@@ -29,7 +29,7 @@
 //    diffusers' examples; DiffSynth trains with 512), encoded WITHOUT an attention mask (FLUX
 //    passes none), and all text_len rows kept (the padding rows are text tokens of the DiT);
 //  - the pooled vector: CLIP-L's pooler_output [768] (text_encoder, the EOS token's final state
-//    of the prompt padded to 77). There is no CLIP tower here: flux1.pooled_from names a
+//    of the prompt padded to 77). There is no CLIP tower here: flux1.pooled_file names a
 //    safetensors file with one tensor per prompt, named by the prompt itself, that the user
 //    computes with the released CLIP (docs/flux1.md has the recipe). prepare copies each item's
 //    vector into the cache ("pooled"); a prompt missing from the file is an error naming the
@@ -68,7 +68,7 @@ struct Flux1SeriesConfig : train::SeriesConfigBase<Flux1SeriesConfig> {
   int64_t text_len = 512;            // max_sequence_length
   double train_guidance = 1.0;       // DiffSynth's training embedded_guidance (dev)
   double true_cfg_scale = 1.0;       // DiffSynth's cfg_scale (1: no true CFG)
-  std::string pooled_from;           // safetensors: prompt -> CLIP-L pooled [768]
+  std::string pooled_file;           // safetensors: prompt -> CLIP-L pooled [768]
   diffusion::ImageSeriesKeys io;     // flux1.dit_from, vae_from, text_encoder_from, tokenizer, dataset, ...
 
   Flux1Config dit_config() const;     // context_in_dim = text dim, in/out = 4 z_channels, axes
@@ -89,7 +89,7 @@ at::Tensor flux1_image_ids(int64_t batch, int64_t h, int64_t w, at::ScalarType d
 // The prompt's T5 ids as FLUX tokenizes it: ids + </s>, truncated / padded to text_len. [1, L] int64.
 at::Tensor flux1_prompt_ids(const text::SentencePieceTokenizer& tok, const std::string& prompt, int64_t text_len);
 
-// flux1.pooled_from: the CLIP-L pooled vectors, one tensor per prompt named by the prompt.
+// flux1.pooled_file: the CLIP-L pooled vectors, one tensor per prompt named by the prompt.
 class PooledVectors {
  public:
   PooledVectors(const std::string& path, int64_t width);

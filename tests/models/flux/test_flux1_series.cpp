@@ -100,7 +100,7 @@ const Data& data() {
 
 std::string towers_args(const std::string& config = "base.yaml") {
   return "--config " + kConfigs + config + " --set flux1.dataset=" + data().images + " --set flux1.tokenizer=" +
-         data().spm + " --set flux1.pooled_from=" + data().pooled +
+         data().spm + " --set flux1.pooled_file=" + data().pooled +
          " --set run.progress=false --set parallel.comm_timeout_s=120";
 }
 
@@ -257,7 +257,7 @@ TEST(Flux1Series, APreparedCacheTrainsAsTheTowersInTheLoopAndSamplingWritesAPng)
 TEST(Flux1Series, APromptMissingFromThePooledFileIsNamed) {
   const std::string pooled = make_temp_dir("flux1_pooled") + "/three.safetensors";
   write_pooled(pooled, {kPrompts[0], kPrompts[1], kPrompts[3]});
-  TrainRun r = train_series(towers_args() + " --set train.steps=2 --set flux1.pooled_from=" + pooled, 1,
+  TrainRun r = train_series(towers_args() + " --set train.steps=2 --set flux1.pooled_file=" + pooled, 1,
                             "flux1_missing_pooled");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("no pooled vector for the prompt \"" + kPrompts[2] + "\""), std::string::npos) << r.output;
