@@ -304,6 +304,44 @@ TEST(Flux1Series, TheDiTStartsFromAReleasedFileInEitherLayout) {
   EXPECT_NE(loss_texts(bfl), loss_texts(seeded));
 }
 
+TEST(Flux1Series, TheTextEncoderSourceReadsTheReleasedT5Names) {
+  // flux1_text_encoder_source serves our T5 names from a file in transformers' T5EncoderModel
+  // names (text_encoder_2), bitwise.
+  const train::TrainConfig cfg = train::load_config(kConfigs + "base.yaml", {"flux1.cache=unused"});
+  const auto& c = cfg.series_config<models::flux::Flux1SeriesConfig>();
+  models::t5::T5Encoder t5(c.text_config());
+  std::map<std::string, at::Tensor> ours;
+  for (const auto& p : t5->named_parameters()) {
+    at::Tensor v = p.value().detach().clone();
+    at::Generator g = nn::generator_for(11, p.key());
+    v.normal_(0, 0.1, g);
+    ours[p.key()] = v;
+  }
+  const std::map<std::string, at::Tensor> theirs = models::t5::hf_t5_name_map(true).to_theirs(ours);
+  ASSERT_EQ(theirs.count("shared.weight"), 1u);
+  const std::string path = make_temp_dir("flux1_t5") + "/model.safetensors";
+  std::vector<io::TensorEntry> entries;
+  for (const auto& [name, v] : theirs) {
+    io::TensorEntry e;
+    e.name = name;
+    e.dtype = at::kFloat;
+    e.shape = v.sizes().vec();
+    entries.push_back(e);
+  }
+  io::SafetensorsWriter w(path, entries);
+  for (const auto& [name, v] : theirs) w.write(name, v);
+  w.finish();
+  auto source = models::flux::flux1_text_encoder_source(path);
+  std::vector<ParamInfo> infos;
+  for (const auto& [name, v] : ours) infos.push_back({name, v.sizes().vec(), 0, v.numel()});
+  source->check(infos);
+  for (const auto& info : infos) {
+    at::Tensor out = at::empty({info.numel}, at::kFloat);
+    source->read(info, 0, info.numel, out);
+    EXPECT_TRUE(at::equal(out, ours.at(info.name).reshape({-1}))) << info.name;
+  }
+}
+
 TEST(Flux1Series, AFolderOfImagesTrainsWithFallingLoss) {
   // Plain MSE (no timestep weights) so that losses compare across steps; 100 steps over the 4
   // images, towers in the loop. Seen here (base.yaml): ~1.27 over the first 10 steps, ~0.96 over
