@@ -22,8 +22,9 @@
 //    schedule; sampling: Euler x += v (sigma_next - sigma), the last step to sigma 0;
 //  - true CFG only when flux1.true_cfg_scale > 1 (DiffSynth's cfg_scale, default 1: off):
 //    v = v_neg + cfg (v_pos - v_neg), the negative prompt flux1.negative_prompt;
-//  - the text: T5 v1.1 XXL encoder (models/t5, released text_encoder_2 names through
-//    hf_t5_name_map; one shared relative-position table), the prompt tokenized by SentencePiece
+//  - the text: T5 v1.1 XXL encoder (models/t5, one shared relative-position table; the released
+//    text_encoder_2 names through flux1_text_encoder_source / hf_t5_name_map -- the shared layer
+//    still reads flux1.text_encoder_from in our names, docs/flux1.md), the prompt tokenized by SentencePiece
 //    (spiece.model of tokenizer_2) as T5TokenizerFast does it: ids + </s>, truncated and padded
 //    with <pad> to max_sequence_length = flux1.text_len (512 for dev, 256 for schnell in
 //    diffusers' examples; DiffSynth trains with 512), encoded WITHOUT an attention mask (FLUX
