@@ -1,4 +1,5 @@
 // The registered model series: one line each (a series is its folder, src/models/<series>/).
+#include "models/flux/flux1_series.h"
 #include "models/flux/reference.h"
 #include "models/flux/series.h"
 #include "models/flux2/reference.h"
@@ -31,6 +32,7 @@ const std::vector<Series>& all_series() {
       z_image::z_image_series(),
       flux2::flux2_series(),
       qwen_image::qwen_image_series(),
+      flux::flux1_series(),
   };
   return series;
 }

@@ -1,0 +1,254 @@
+// The flux1 series' config keys, its schedule, packing and prompt inputs (flux1_series.h).
+#include "models/flux/flux1_series.h"
+
+#include "io/safetensors.h"
+#include "models/diffusion/cond_cache.h"
+#include "models/flux/flux1_name_map.h"
+#include "models/flux/sizes.h"
+#include "nn/name_map.h"
+#include "util/text.h"
+
+#include <filesystem>
+#include <stdexcept>
+
+namespace zeroshard::models::flux {
+
+Flux1SeriesConfig::Flux1SeriesConfig() : dit(flux1_dev()), text(t5::t5_v1_1_xxl()), vae(flux1_vae()) {
+  io.height = 1024;
+  io.width = 1024;
+  io.shift = 3.0;         // set_timesteps_flux's default shift
+  io.sample_shift = 3.0;
+  io.guidance_scale = 3.5;  // FluxImagePipeline's embedded_guidance
+}
+
+void Flux1SeriesConfig::register_keys(train::ConfigKeys& k) {
+  {
+    train::ConfigKeys::ModelScope model(k);
+    k.add_int("flux1.hidden_size", &dit.hidden_size, 2, 1 << 16, "DiT width (released: 3072)");
+    k.add_int("flux1.num_heads", &dit.num_heads, 1, 1024, "DiT heads (24); rope axes sum to hidden_size / num_heads");
+    k.add_int("flux1.depth", &dit.depth, 0, 1024, "double-stream blocks (19)");
+    k.add_int("flux1.depth_single_blocks", &dit.depth_single_blocks, 0, 1024, "single-stream blocks (38)");
+    k.add_float("flux1.mlp_ratio", &dit.mlp_ratio, 0.25, 64, "MLP width / hidden_size (4)");
+    k.add_int("flux1.rope_axes_t", &rope_axes_t, 0, 4096, "RoPE dims of the id axis 0 (16)");
+    k.add_int("flux1.rope_axes_h", &rope_axes_h, 0, 4096, "RoPE dims of the row axis (56)");
+    k.add_int("flux1.rope_axes_w", &rope_axes_w, 0, 4096, "RoPE dims of the column axis (56)");
+    k.add_float("flux1.theta", &dit.theta, 1.0, 1e9, "RoPE theta (10000)");
+    k.add_bool("flux1.guidance_embed", &dit.guidance_embed,
+               "the guidance embedder guidance_in (true: FLUX.1 dev; false: schnell)");
+    k.add_int("flux1.vec_in_dim", &dit.vec_in_dim, 1, 1 << 16, "width of the pooled vector (CLIP-L: 768)");
+    k.add_int("flux1.text_vocab", &text.vocab_size, 2, 1 << 22, "T5 vocabulary (32128); >= the tokenizer's pieces");
+    k.add_int("flux1.text_dim", &text.dim, 2, 1 << 16, "T5 width = the DiT's context_in_dim (4096)");
+    k.add_int("flux1.text_heads", &text.num_heads, 1, 1024, "T5 heads (64)");
+    k.add_int("flux1.text_head_dim", &text_head_dim, 1, 4096, "T5 head size d_kv (64)");
+    k.add_int("flux1.text_ffn", &text.dim_ffn, 1, 1 << 20, "T5 gated-GELU width d_ff (10240)");
+    k.add_int("flux1.text_layers", &text.num_layers, 1, 1024, "T5 encoder layers (24)");
+    k.add_int("flux1.text_buckets", &text.num_buckets, 2, 1 << 12, "T5 relative-position buckets (32)");
+    k.add_int("flux1.text_max_distance", &text.max_distance, 2, 1 << 20, "T5 relative-position max distance (128)");
+    k.add_int("flux1.text_len", &text_len, 1, 1 << 16,
+              "T5 tokens per prompt, padded to it (max_sequence_length: 512 dev, 256 schnell)");
+    k.add_int("flux1.vae_ch", &vae.ch, 32, 1 << 12, "VAE base width (128; levels x1, x2, x4, x4), a multiple of 32");
+    k.add_int("flux1.vae_num_res_blocks", &vae.num_res_blocks, 1, 16, "VAE residual blocks per level (2)");
+  }
+  io.register_keys(k, "flux1", "the T5 SentencePiece model (tokenizer_2/spiece.model)");
+  k.add_float("flux1.train_guidance", &train_guidance, 0.0, 1e3,
+              "embedded guidance of training (dev; DiffSynth's FLUX training: 1)");
+  k.add_float("flux1.true_cfg_scale", &true_cfg_scale, 0.0, 1e3,
+              "sampling: true CFG v_neg + c (v_pos - v_neg) when > 1 (DiffSynth's cfg_scale; 1: off)");
+  k.add_string("flux1.pooled_file", &pooled_file, {},
+               "safetensors with CLIP-L's pooled vector [768] per prompt, each tensor named by its prompt "
+               "(docs/flux1.md); required with the towers in the loop, by prepare and sampling (not an initial value: "
+               "a run's checkpoint keeps it for sampling, as flux1.tokenizer)");
+}
+
+Flux1Config Flux1SeriesConfig::dit_config() const {
+  Flux1Config c = dit;
+  c.context_in_dim = text.dim;
+  c.in_channels = c.out_channels = vae.z_channels * 4;  // 2x2 patches
+  c.axes_dim = {rope_axes_t, rope_axes_h, rope_axes_w};
+  c.qkv_bias = true;
+  return c;
+}
+
+t5::T5Config Flux1SeriesConfig::text_config() const {
+  t5::T5Config c = text;
+  c.dim_attn = text.num_heads * text_head_dim;
+  c.shared_pos = true;
+  return c;
+}
+
+Flux1VaeConfig Flux1SeriesConfig::vae_config() const { return vae; }
+int64_t Flux1SeriesConfig::spatial_factor() const { return vae.kl().spatial_factor(); }
+
+void Flux1SeriesConfig::validate(const train::TrainConfig& c) const {
+  (void)c;
+  dit_config().validate("flux1 (flux1.hidden_size / num_heads / rope_axes_*)");
+  text_config().validate();
+  vae_config().kl().validate("flux1.vae_*");
+  io.validate("flux1", spatial_factor() * 2);  // VAE x 2x2 patch
+  if (!io.dit_from.empty() && !c.init_from.empty()) {
+    throw std::invalid_argument("flux1.dit_from and model.init_from both give the DiT's initial values (" + io.dit_from +
+                                ", " + c.init_from + "): set one");
+  }
+}
+
+// --- schedule, packing, prompts ----------------------------------------------------------------
+
+diffusion::FlowMatchSchedule flux1_schedule(int64_t steps, double shift, bool training) {
+  if (steps < 1) throw std::invalid_argument("flux1: schedule steps must be >= 1, got " + std::to_string(steps));
+  if (!(shift > 0)) throw std::invalid_argument("flux1: schedule shift must be > 0, got " + std::to_string(shift));
+  // In float32 as torch computes it: linspace, then the shift with a Python-float s.
+  const double sigma_min = 0.003 / 1.002;
+  diffusion::FlowMatchSchedule s;
+  const at::Tensor u = at::linspace(1.0, sigma_min, steps, at::kFloat);
+  s.sigmas = shift * u / (1 + (shift - 1) * u);
+  s.timesteps = s.sigmas * 1000;
+  if (training) {
+    // DiffSynth's set_training_weight on x = 1000 sigma (for 1000 steps: no rescaling).
+    const at::Tensor y = at::exp(-2 * ((s.timesteps - 500) / 1000).pow(2));
+    const at::Tensor shifted = y - y.min();
+    // `steps / y_shifted.sum()` with a Python number on the left is Tensor.__rtruediv__, i.e.
+    // reciprocal() * steps: rounded differently from a float32 division (the PyTorch test sees it).
+    s.weights = shifted * (shifted.sum().reciprocal() * 1000.0);
+    if (steps != 1000) {
+      s.weights = s.weights * (static_cast<double>(steps) / 1000.0);
+      s.weights = s.weights + s.weights[steps > 1 ? 1 : 0];
+    }
+  }
+  return s;
+}
+
+at::Tensor flux1_pack(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 4 && x.size(2) % 2 == 0 && x.size(3) % 2 == 0,
+              "flux1_pack: latents must be [B, C, h, w] with even h, w; got ", x.sizes());
+  const int64_t B = x.size(0), C = x.size(1), h = x.size(2) / 2, w = x.size(3) / 2;
+  return x.view({B, C, h, 2, w, 2}).permute({0, 2, 4, 1, 3, 5}).reshape({B, h * w, C * 4});
+}
+
+at::Tensor flux1_unpack(const at::Tensor& t, int64_t channels, int64_t h, int64_t w) {
+  const int64_t B = t.size(0);
+  TORCH_CHECK(t.dim() == 3 && t.size(1) == (h / 2) * (w / 2) && t.size(2) == channels * 4,
+              "flux1_unpack: tokens ", t.sizes(), " do not fit latents of ", channels, " x ", h, " x ", w);
+  return t.reshape({B, h / 2, w / 2, channels, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({B, channels, h, w});
+}
+
+at::Tensor flux1_image_ids(int64_t batch, int64_t h, int64_t w, at::ScalarType dtype) {
+  const int64_t hh = h / 2, ww = w / 2;
+  at::Tensor ids = at::zeros({hh, ww, 3}, at::kFloat);
+  ids.select(2, 1).copy_(at::arange(hh, at::kFloat).unsqueeze(1).expand({hh, ww}));
+  ids.select(2, 2).copy_(at::arange(ww, at::kFloat).unsqueeze(0).expand({hh, ww}));
+  return ids.reshape({1, hh * ww, 3}).expand({batch, hh * ww, 3}).to(dtype).contiguous();
+}
+
+at::Tensor flux1_prompt_ids(const text::SentencePieceTokenizer& tok, const std::string& prompt, int64_t text_len) {
+  // T5TokenizerFast(padding="max_length", max_length=text_len, truncation=True): no cleaning.
+  const text::PaddedIds p = tok.encode_padded(prompt, static_cast<int32_t>(text_len), /*clean=*/false);
+  at::Tensor ids = at::empty({1, text_len}, at::kLong);
+  for (int64_t i = 0; i < text_len; ++i) ids[0][i] = static_cast<int64_t>(p.ids.at(static_cast<size_t>(i)));
+  return ids;
+}
+
+PooledVectors::PooledVectors(const std::string& path, int64_t width) : path_(path), width_(width) {
+  if (path.empty()) {
+    throw std::invalid_argument(
+        "flux1.pooled_file: the CLIP-L pooled vectors (a safetensors file, one [" + std::to_string(width) +
+        "] tensor per prompt named by the prompt; docs/flux1.md) are required with the towers (no CLIP tower here)");
+  }
+  if (!std::filesystem::exists(path)) throw std::invalid_argument("flux1.pooled_file: file '" + path + "' does not exist");
+  const io::SafetensorsFile file(path);
+  for (const auto& e : file.entries()) {
+    at::Tensor t = file.read(e.name).to(at::kFloat).reshape({-1});
+    if (t.numel() != width) {
+      throw std::runtime_error("flux1.pooled_file: " + path + ": tensor '" + e.name + "' has shape " +
+                               io::shape_text(e.shape) + ", expected [" + std::to_string(width) +
+                               "] (flux1.vec_in_dim)");
+    }
+    vectors_.emplace(e.name, t.contiguous());
+  }
+}
+
+at::Tensor PooledVectors::get(const std::string& prompt) const {
+  const auto it = vectors_.find(prompt);
+  if (it == vectors_.end()) {
+    throw std::runtime_error("flux1.pooled_file: " + path_ + " has no pooled vector for the prompt \"" + prompt +
+                             "\" (" + std::to_string(vectors_.size()) +
+                             " prompts in the file; compute the missing ones with the released CLIP, docs/flux1.md)");
+  }
+  return it->second;
+}
+
+
+// --- released files ------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::string> tensor_names(const std::string& path, const std::string& key) {
+  if (!std::filesystem::exists(path)) throw std::invalid_argument(key + ": file '" + path + "' does not exist");
+  std::vector<std::string> names;
+  if (util::ends_with(path, ".index.json")) {
+    const nlohmann::json index = diffusion::read_json_file(path);
+    if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
+      throw std::runtime_error(key + ": " + path + ": no \"weight_map\" object");
+    }
+    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) names.push_back(it.key());
+  } else {
+    const io::SafetensorsFile file(path);
+    for (const auto& e : file.entries()) names.push_back(e.name);
+  }
+  return names;
+}
+
+}  // namespace
+
+std::shared_ptr<ParamSource> flux1_dit_file_source(const std::string& path, const Flux1Config& c) {
+  // The names tell the layouts apart: only diffusers' FluxTransformer2DModel has
+  // transformer_blocks.* / x_embedder.*; BFL's flux1-*.safetensors has double_blocks.* / img_in.*.
+  bool diffusers = false;
+  for (const auto& n : tensor_names(path, "flux1.dit_from")) {
+    diffusers = diffusers || util::starts_with(n, "transformer_blocks.") || util::starts_with(n, "x_embedder.");
+  }
+  return nn::name_mapped_param_source(path, diffusers ? flux1_diffusers_name_map(c) : nn::NameMap());
+}
+
+std::shared_ptr<ParamSource> flux1_text_encoder_source(const std::string& path) {
+  // text_encoder_2/model.safetensors.index.json (or one file): transformers' T5EncoderModel names.
+  tensor_names(path, "flux1.text_encoder_from");
+  return nn::name_mapped_param_source(path, t5::hf_t5_name_map(/*shared_pos=*/true));
+}
+
+// --- the series --------------------------------------------------------------------------------
+
+
+Series flux1_series() {
+  diffusion::ImageSeriesSpec spec;
+  spec.name = "flux1";
+  spec.summary = "FLUX.1 dev / schnell as released (T5 v1.1 text + FLUX.1 VAE towers, CLIP-L pooled vectors from "
+                 "flux1.pooled_file), flow matching as DiffSynth trains FLUX.1, from a DiffSynth image folder or a "
+                 "prepared cache";
+  spec.cache_format = "zeroshard flux1 cache 1";
+  spec.conditioning_text = "FLUX.1 VAE latents + T5 states (text_len rows) + CLIP-L pooled vectors";
+  spec.cond_fields = {"context", "pooled"};
+  spec.cache_shape = [](const train::TrainConfig& cfg) {
+    const auto& c = cfg.series_config<Flux1SeriesConfig>();
+    return std::vector<std::pair<std::string, int64_t>>{{"height", c.io.height},       {"width", c.io.width},
+                                                        {"text_len", c.text_len},      {"text_dim", c.text.dim},
+                                                        {"vec_in_dim", c.dit.vec_in_dim}, {"z_channels", c.vae.z_channels}};
+  };
+  spec.make_config = [] { return std::make_unique<Flux1SeriesConfig>(); };
+  spec.keys = [](const train::TrainConfig& cfg) -> const diffusion::ImageSeriesKeys& {
+    return cfg.series_config<Flux1SeriesConfig>().io;
+  };
+  spec.build = [](const train::TrainConfig& cfg, bool with_dit, bool with_towers) {
+    return std::static_pointer_cast<diffusion::ImagePipelineImpl>(
+        std::make_shared<Flux1PipelineImpl>(cfg.series_config<Flux1SeriesConfig>(), with_dit, with_towers));
+  };
+  spec.is_unit = flux1_unit;
+  spec.dit_source = [](const std::string& path) { return flux1_dit_file_source(path, flux1_dev()); };
+  spec.training_schedule = [](const train::TrainConfig& cfg, int64_t, int64_t) {
+    return flux1_schedule(1000, cfg.series_config<Flux1SeriesConfig>().io.shift, /*training=*/true);
+  };
+  // The flux family's reference kinds (flux1_dit, flux1_vae_*) are listed by series_list.cpp's
+  // reference_kinds() already (models::flux::reference_kinds()), T5's by models::t5.
+  return diffusion::make_image_series(std::move(spec));
+}
+
+}  // namespace zeroshard::models::flux
