@@ -16,13 +16,23 @@ FlowMatchSchedule flow_match_schedule(int64_t steps, double shift, bool training
   // Python-float shift times a float32 tensor stays float32, as upstream.
   s.sigmas = base * shift / (1 + (shift - 1) * base);
   s.timesteps = s.sigmas * 1000;
-  if (training) {
-    const double n = static_cast<double>(steps);
-    const at::Tensor y = at::exp(-2 * ((s.timesteps - n / 2) / n).pow(2));
-    const at::Tensor shifted = y - y.min();
-    s.weights = shifted * (n / shifted.sum());
-  }
+  if (training) s.weights = training_weights(s.timesteps);
   return s;
+}
+
+at::Tensor training_weights(const at::Tensor& timesteps) {
+  const double steps = 1000;
+  const at::Tensor y = at::exp(-2 * ((timesteps - steps / 2) / steps).pow(2));
+  const at::Tensor shifted = y - y.min();
+  // `steps / y_shifted.sum()`: Python's number / tensor is Tensor.__rtruediv__, reciprocal() *
+  // number — rounded unlike a float32 division (C++'s Scalar / Tensor divides).
+  at::Tensor w = shifted * (shifted.sum().reciprocal() * steps);
+  const int64_t n = timesteps.size(0);
+  if (n != 1000) {
+    w = w * (static_cast<double>(n) / steps);
+    w = w + w[n > 1 ? 1 : 0];
+  }
+  return w;
 }
 
 at::Tensor TrainingDraws::add(uint64_t seed, const std::string& key, at::IntArrayRef latent_shape) {

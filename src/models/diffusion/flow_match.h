@@ -26,6 +26,9 @@ struct FlowMatchSchedule {
 
 // steps >= 1; shift > 0. training: also the weights (DiffSynth computes them for steps = 1000).
 FlowMatchSchedule flow_match_schedule(int64_t steps, double shift, bool training);
+// DiffSynth's set_training_weight on a schedule's timesteps [steps] float32, as PyTorch rounds it
+// (every series' training schedule uses it).
+at::Tensor training_weights(const at::Tensor& timesteps);
 
 // A training micro-batch's per-sample draws, sample by sample: the noise (the latent's shape) and
 // the timestep id (DiffSynth: uniform in [0, steps)) from one generator keyed by (data seed, key),

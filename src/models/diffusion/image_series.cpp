@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
-#include <tuple>
 
 namespace zeroshard::models::diffusion {
 
@@ -96,33 +95,27 @@ std::string num(double v) {
 bool is_tower(const std::string& n) { return util::starts_with(n, "vae.") || util::starts_with(n, "text_encoder."); }
 
 // Seeded values (the pipeline's init_parameter), the towers and the DiT from their files when given.
-std::shared_ptr<ParamSource> pipeline_source(const ImageSeriesSpec& spec, const ImageSeriesKeys& k,
-                                             std::shared_ptr<ParamSource> seeded, bool with_dit, bool with_towers) {
+std::shared_ptr<ParamSource> pipeline_source(const ImageSeriesSpec& spec, const train::TrainConfig& cfg,
+                                             const ImageSeriesKeys& k, std::shared_ptr<ParamSource> seeded,
+                                             bool with_dit, bool with_towers) {
   std::shared_ptr<ParamSource> source = std::move(seeded);
-  auto from_file = [&source](const std::string& prefix, std::shared_ptr<ParamSource> file) {
+  auto from_file = [&](const std::string& path, const std::string& prefix, const std::string& key,
+                       const ImageSeriesSpec::FileSource& reader) {
+    if (path.empty()) return;
+    if (!std::filesystem::exists(path)) {
+      throw std::invalid_argument(spec.name + "." + key + ": file '" + path + "' does not exist");
+    }
+    std::shared_ptr<ParamSource> file = reader ? reader(cfg, path) : io::checkpoint_param_source(path);
     source = combine_param_sources(source, prefixed_param_source(std::move(file), prefix), [prefix](const std::string& n) {
       // A DiT file holds the base weights; LoRA adapters stay seeded.
       return util::starts_with(n, prefix) && !nn::is_lora_parameter(n);
     });
   };
-  auto check = [&spec](const std::string& path, const std::string& key) {
-    if (!std::filesystem::exists(path)) {
-      throw std::invalid_argument(spec.name + "." + key + ": file '" + path + "' does not exist");
-    }
-  };
   if (with_towers) {
-    for (const auto& [path, prefix, key] : {std::tuple<std::string, std::string, std::string>{k.vae_from, "vae.", "vae_from"},
-                                            {k.text_encoder_from, "text_encoder.", "text_encoder_from"}}) {
-      if (path.empty()) continue;
-      check(path, key);
-      from_file(prefix, io::checkpoint_param_source(path));
-    }
+    from_file(k.vae_from, "vae.", "vae_from", spec.vae_source);
+    from_file(k.text_encoder_from, "text_encoder.", "text_encoder_from", spec.text_encoder_source);
   }
-  if (with_dit && !k.dit_from.empty()) {
-    if (!spec.dit_source) throw std::invalid_argument(spec.name + ".dit_from: this series reads no DiT file");
-    check(k.dit_from, "dit_from");
-    from_file("dit.", spec.dit_source(k.dit_from));
-  }
+  if (with_dit) from_file(k.dit_from, "dit.", "dit_from", spec.dit_source);
   return source;
 }
 
@@ -146,7 +139,7 @@ class ImageTask : public train::GeneratedSampleTask {
     model_->init_parameter(static_cast<uint64_t>(cfg_.train.seed), name, param);
   }
   std::shared_ptr<ParamSource> initial_source(std::shared_ptr<ParamSource> seeded) const override {
-    return pipeline_source(spec_, keys_, std::move(seeded), true, !data_.cached());
+    return pipeline_source(spec_, cfg_, keys_, std::move(seeded), true, !data_.cached());
   }
 
   at::Tensor loss(int64_t step, int64_t micro) override {
@@ -228,7 +221,7 @@ std::string prepare(const ImageSeriesSpec& spec, const train::TrainConfig& cfg, 
   ShardOptions so = train::shard_options(cfg);
   const uint64_t seed = static_cast<uint64_t>(cfg.train.seed);
   so.param_source = pipeline_source(
-      spec, k, param_source_from_init([&p, seed](const std::string& n, at::Tensor& t) { p->init_parameter(seed, n, t); }),
+      spec, cfg, k, param_source_from_init([&p, seed](const std::string& n, at::Tensor& t) { p->init_parameter(seed, n, t); }),
       false, true);
   auto sharded = fully_shard(p, comm, so);
 
@@ -308,7 +301,7 @@ std::string sample_images(const ImageSeriesSpec& spec, const sample::SampleOptio
     k.dit_from.clear();  // the DiT is the checkpoint's
     so.param_source = combine_param_sources(
         so.param_source,
-        pipeline_source(spec, k,
+        pipeline_source(spec, cfg, k,
                         param_source_from_init([&p, seed](const std::string& n, at::Tensor& t) { p->init_parameter(seed, n, t); }),
                         false, true),
         is_tower);
@@ -326,8 +319,8 @@ std::string sample_images(const ImageSeriesSpec& spec, const sample::SampleOptio
   if (comm->rank() == 0) write_image_row(png, images);
   comm->barrier();
   std::string summary = "generated " + std::to_string(o.clips) + " images " + std::to_string(k.height) + "x" +
-                        std::to_string(k.width) + " (" + std::to_string(o.denoise_steps) + " steps, shift " +
-                        num(k.sample_shift) + ", guidance " + num(k.guidance_scale) + "); wrote " + png +
+                        std::to_string(k.width) + " (" + std::to_string(o.denoise_steps) + " steps of the " + s +
+                        " sampler, guidance " + num(k.guidance_scale) + "); wrote " + png +
                         "; prompts, in order:";
   for (const auto& pr : prompts) summary += "\n  " + pr;
   return summary;

@@ -137,9 +137,12 @@ struct ImageSeriesSpec {
   std::function<std::shared_ptr<ImagePipelineImpl>(const train::TrainConfig&, bool with_dit, bool with_towers)> build;
   std::function<bool(const std::string&)> is_unit;
   std::vector<reference::ReferenceKind> reference_kinds;
-  // Optional: the DiT's parameters (under the pipeline's DiT names, without "dit.") from a released
-  // file (<series>.dit_from; e.g. through a name map); unset: the key is refused when given.
-  std::function<std::shared_ptr<ParamSource>(const std::string& path)> dit_source;
+  // Optional: the parameters of the DiT / the VAE / the text tower (under the pipeline's names
+  // below "dit." / "vae." / "text_encoder.") from a released file (<series>.dit_from, vae_from,
+  // text_encoder_from), e.g. through a name map. Unset: io::checkpoint_param_source (safetensors,
+  // its index.json or torch .pth holding exactly our names).
+  using FileSource = std::function<std::shared_ptr<ParamSource>(const train::TrainConfig&, const std::string& path)>;
+  FileSource dit_source, vae_source, text_encoder_source;
   // Optional: the training schedule for images of height x width (unset: flow_match_schedule(1000,
   // <series>.shift, training)).
   std::function<FlowMatchSchedule(const train::TrainConfig&, int64_t height, int64_t width)> training_schedule;

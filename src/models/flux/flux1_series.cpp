@@ -103,16 +103,7 @@ diffusion::FlowMatchSchedule flux1_schedule(int64_t steps, double shift, bool tr
   s.sigmas = shift * u / (1 + (shift - 1) * u);
   s.timesteps = s.sigmas * 1000;
   if (training) {
-    // DiffSynth's set_training_weight on x = 1000 sigma (for 1000 steps: no rescaling).
-    const at::Tensor y = at::exp(-2 * ((s.timesteps - 500) / 1000).pow(2));
-    const at::Tensor shifted = y - y.min();
-    // `steps / y_shifted.sum()` with a Python number on the left is Tensor.__rtruediv__, i.e.
-    // reciprocal() * steps: rounded differently from a float32 division (the PyTorch test sees it).
-    s.weights = shifted * (shifted.sum().reciprocal() * 1000.0);
-    if (steps != 1000) {
-      s.weights = s.weights * (static_cast<double>(steps) / 1000.0);
-      s.weights = s.weights + s.weights[steps > 1 ? 1 : 0];
-    }
+    s.weights = diffusion::training_weights(s.timesteps);  // DiffSynth's set_training_weight
   }
   return s;
 }
@@ -242,7 +233,13 @@ Series flux1_series() {
         std::make_shared<Flux1PipelineImpl>(cfg.series_config<Flux1SeriesConfig>(), with_dit, with_towers));
   };
   spec.is_unit = flux1_unit;
-  spec.dit_source = [](const std::string& path) { return flux1_dit_file_source(path, flux1_dev()); };
+  spec.dit_source = [](const train::TrainConfig&, const std::string& path) {
+    return flux1_dit_file_source(path, flux1_dev());
+  };
+  // text_encoder_2 (transformers' T5EncoderModel names).
+  spec.text_encoder_source = [](const train::TrainConfig&, const std::string& path) {
+    return flux1_text_encoder_source(path);
+  };
   spec.training_schedule = [](const train::TrainConfig& cfg, int64_t, int64_t) {
     return flux1_schedule(1000, cfg.series_config<Flux1SeriesConfig>().io.shift, /*training=*/true);
   };

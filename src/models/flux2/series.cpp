@@ -167,11 +167,7 @@ diffusion::FlowMatchSchedule flux2_training_schedule(double shift) {
   diffusion::FlowMatchSchedule s;
   s.sigmas = time_shift(at::linspace(1.0, 1.0 / static_cast<double>(n), n, at::kFloat), shift);
   s.timesteps = s.sigmas * 1000;
-  // set_training_weight with 1000 timesteps (no rescaling).
-  const double steps = 1000;
-  const at::Tensor y = at::exp(-2 * ((s.timesteps - steps / 2) / steps).pow(2));
-  const at::Tensor shifted = y - y.min();
-  s.weights = shifted * (steps / shifted.sum());
+  s.weights = diffusion::training_weights(s.timesteps);  // set_training_weight
   return s;
 }
 
@@ -225,7 +221,6 @@ Series flux2_series() {
     return flux2_training_schedule(cfg.series_config<Flux2SeriesConfig>().io.shift);
   };
   // The released transformer files use Flux2DiT's names as they are (no name map).
-  spec.dit_source = [](const std::string& path) { return io::checkpoint_param_source(path); };
   spec.is_unit = flux2_unit;
   // reference_kinds: the flux2 kinds are listed once in series_list.cpp's reference table.
   return diffusion::make_image_series(std::move(spec));

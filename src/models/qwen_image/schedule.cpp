@@ -5,21 +5,6 @@
 
 namespace zeroshard::models::qwen_image {
 
-namespace {
-
-// set_training_weight: steps = 1000 in its formula whatever the schedule's length (DiffSynth
-// trains on 1000; another length gets an empirical correction, not implemented: refused).
-at::Tensor training_weights(const at::Tensor& timesteps, int64_t steps) {
-  if (steps != 1000) {
-    throw std::invalid_argument("qwen_image schedule: training uses 1000 steps, got " + std::to_string(steps));
-  }
-  const at::Tensor y = at::exp(-2 * ((timesteps - 500.0) / 1000.0).pow(2));
-  const at::Tensor shifted = y - y.min();
-  return shifted * (shifted.sum().reciprocal() * 1000.0);  // y_shifted * (steps / y_shifted.sum())
-}
-
-}  // namespace
-
 diffusion::FlowMatchSchedule qwen_image_schedule(int64_t steps, double shift, double shift_terminal, bool training) {
   if (steps < 1) throw std::invalid_argument("qwen_image schedule: steps must be >= 1, got " + std::to_string(steps));
   if (!(shift > 0)) throw std::invalid_argument("qwen_image schedule: shift must be > 0, got " + std::to_string(shift));
@@ -41,14 +26,14 @@ diffusion::FlowMatchSchedule qwen_image_schedule(int64_t steps, double shift, do
   if (shift_terminal == 0) {
     s.sigmas = sigmas;  // no stretch
     s.timesteps = s.sigmas * 1000;
-    if (training) s.weights = training_weights(s.timesteps, steps);
+    if (training) s.weights = diffusion::training_weights(s.timesteps);
     return s;
   }
   const at::Tensor one_minus_z = 1 - sigmas;
   const at::Tensor scale_factor = one_minus_z[steps - 1] / (1 - shift_terminal);
   s.sigmas = 1 - (one_minus_z / scale_factor);
   s.timesteps = s.sigmas * 1000;
-  if (training) s.weights = training_weights(s.timesteps, steps);
+  if (training) s.weights = diffusion::training_weights(s.timesteps);
   return s;
 }
 

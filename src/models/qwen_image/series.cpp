@@ -1,7 +1,10 @@
 // Series `qwen_image`: Qwen-Image as released on the shared image-series layer (series.h).
 #include "models/qwen_image/series.h"
 
+#include "io/safetensors.h"
 #include "io/torch_pth.h"
+#include "nn/name_map.h"
+#include "util/text.h"
 #include "models/qwen_image/schedule.h"
 #include "models/wan/series.h"
 
@@ -41,8 +44,21 @@ Series qwen_image_series() {
   // hides the HookableModules inside it); their blocks are.
   spec.is_unit = wan_unit;
   // qwen_image.dit_from: the released transformer/ (diffusion_pytorch_model*.safetensors or its
-  // index): diffusers' names are the DiT's own.
-  spec.dit_source = [](const std::string& path) { return io::checkpoint_param_source(path); };
+  // index): diffusers' names are the DiT's own (the shared layer's default reader).
+  // qwen_image.vae_from: Qwen-Image's vae/ safetensors (diffusers' AutoencoderKLQwenImage names,
+  // told apart by its quant_conv) through wan's diffusers name map, else Wan2.1_VAE.pth (ours).
+  spec.vae_source = [](const train::TrainConfig& cfg, const std::string& path) -> std::shared_ptr<ParamSource> {
+    if (util::ends_with(path, ".safetensors")) {
+      const io::SafetensorsFile file(path);
+      for (const auto& e : file.entries()) {
+        if (e.name == "quant_conv.weight") {
+          return nn::name_mapped_param_source(
+              path, wan::vae_diffusers_name_map(cfg.series_config<QwenImageSeriesConfig>().vae_config()));
+        }
+      }
+    }
+    return io::checkpoint_param_source(path);
+  };
   // DiffSynth's "Qwen-Image" training schedule (schedule.h), the same for every image size (mu 0.8,
   // no dynamic shift in training).
   spec.training_schedule = [](const train::TrainConfig& cfg, int64_t, int64_t) {

@@ -33,8 +33,6 @@ Series z_image_series() {
     return std::make_shared<ZImagePipelineImpl>(cfg.series_config<ZImageSeriesConfig>(), with_dit, with_towers);
   };
   s.is_unit = z_image_unit;
-  // The released transformer (safetensors, its index.json, or .pth) holds our DiT names.
-  s.dit_source = [](const std::string& path) { return io::checkpoint_param_source(path); };
   return diffusion::make_image_series(std::move(s));
 }
 
