@@ -79,6 +79,24 @@ std::string ImageSeriesKeys::bucket_text(const std::string& s) const {
   return t;
 }
 
+void seeded_init(uint64_t seed, const std::string& name, at::Tensor& param) {
+  using util::ends_with;
+  torch::NoGradGuard no_grad;
+  if (ends_with(name, "pad_token")) {
+    nn::init_normal(param, seed, name, 0.02);
+  } else if (ends_with(name, "running_var") ||
+             (param.dim() < 2 && (ends_with(name, ".scale") ||
+                                  (name.find("norm") != std::string::npos && ends_with(name, ".weight"))))) {
+    nn::init_constant(param, 1.0);
+  } else if (param.dim() < 2) {
+    nn::init_constant(param, 0.0);
+  } else {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(param.numel() / param.size(0)));
+    at::Generator g = nn::generator_for(seed, name);
+    param.uniform_(-bound, bound, g);
+  }
+}
+
 int64_t nearest_bucket(const std::vector<std::pair<int64_t, int64_t>>& sizes, int64_t height, int64_t width) {
   const double r = std::log(static_cast<double>(width) / static_cast<double>(height));
   int64_t best = 0;

@@ -70,6 +70,12 @@ struct ImageSeriesKeys {
   std::string bucket_text(const std::string& series) const;
 };
 
+// A from-scratch value for the DiTs and VAEs of the image series (no released initializer; torch's
+// module defaults), keyed by (seed, name): learned pad tokens N(0, 0.02); norm scales (1-D
+// "*norm*.weight", "*.scale") and BatchNorm running variances 1; other vectors 0; every other
+// weight uniform(+-1/sqrt(fan_in)) (torch's Linear / Conv default bound).
+void seeded_init(uint64_t seed, const std::string& name, at::Tensor& param);
+
 // The bucket (index into sizes) nearest an image of height x width in aspect ratio
 // (|log(w/h) - log(W/H)|, the first on ties).
 int64_t nearest_bucket(const std::vector<std::pair<int64_t, int64_t>>& sizes, int64_t height, int64_t width);

@@ -183,39 +183,17 @@ at::Tensor Flux2PipelineImpl::compute_sample(const std::vector<std::string>& pro
 
 // --- seeded initial values ---------------------------------------------------------------------
 
-namespace {
-
-// From scratch: norms' scales 1, the BatchNorm running variance 1, other vectors 0, every other
-// weight uniform(+-1/sqrt(fan_in)) (torch's Linear / Conv default bound).
-void plain_init(uint64_t seed, const std::string& name, at::Tensor& param) {
-  using util::ends_with;
-  torch::NoGradGuard no_grad;
-  if (ends_with(name, "running_var")) {
-    nn::init_constant(param, 1.0);
-  } else if (param.dim() < 2 && name.find("norm") != std::string::npos && ends_with(name, ".weight")) {
-    nn::init_constant(param, 1.0);
-  } else if (param.dim() < 2) {
-    nn::init_constant(param, 0.0);
-  } else {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(param.numel() / param.size(0)));
-    at::Generator gen = nn::generator_for(seed, name);
-    param.uniform_(-bound, bound, gen);
-  }
-}
-
-}  // namespace
-
 void Flux2PipelineImpl::init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const {
   using util::starts_with;
   if (nn::is_lora_parameter(name)) {
     nn::lora_init(seed, name, param);
   } else if (starts_with(name, "dit.")) {
-    plain_init(seed, name, param);
+    diffusion::seeded_init(seed, name, param);
   } else if (starts_with(name, "text_encoder.")) {
     if (!text_encoder) throw std::invalid_argument("flux2: '" + name + "' on a pipeline built without its towers");
     text_encoder->init_parameter(seed ^ 0x7135ull, name.substr(13), param);  // transformers' _init_weights
   } else if (starts_with(name, "vae.")) {
-    plain_init(seed ^ 0x7661eull, name, param);
+    diffusion::seeded_init(seed ^ 0x7661eull, name, param);
   } else {
     throw std::invalid_argument("flux2: no initial value for parameter '" + name + "'");
   }

@@ -29,21 +29,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The DiT from scratch (no released initializer: diffusers' defaults): norm scales 1, biases 0,
-// every weight uniform(+-1/sqrt(fan_in)) (torch's Linear default bound), keyed by (seed, name).
-void dit_init(uint64_t seed, const std::string& name, at::Tensor& param) {
-  torch::NoGradGuard no_grad;
-  if (param.dim() < 2 && name.find("norm") != std::string::npos && util::ends_with(name, ".weight")) {
-    nn::init_constant(param, 1.0);
-  } else if (param.dim() < 2) {
-    nn::init_constant(param, 0.0);
-  } else {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(param.numel() / param.size(0)));
-    at::Generator g = nn::generator_for(seed, name);
-    param.uniform_(-bound, bound, g);
-  }
-}
-
 }  // namespace
 
 std::pair<at::Tensor, at::Tensor> pad_states(const std::vector<at::Tensor>& states) {
@@ -84,7 +69,7 @@ void QwenImagePipelineImpl::init_parameter(uint64_t seed, const std::string& nam
   if (nn::is_lora_parameter(name)) {
     nn::lora_init(seed, name, param);
   } else if (starts_with(name, "dit.")) {
-    dit_init(seed, name, param);
+    diffusion::seeded_init(seed, name, param);
   } else if (starts_with(name, "text_encoder.")) {
     if (!text_encoder) throw std::invalid_argument("qwen_image: '" + name + "' on a pipeline built without its towers");
     text_encoder->init_parameter(seed ^ kTextSalt, name.substr(13), param);  // transformers' _init_weights
