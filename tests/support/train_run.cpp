@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -125,6 +126,63 @@ std::vector<std::string> loss_texts(const TrainRun& r) {
   std::vector<std::string> out;
   for (const auto& m : r.metrics) out.push_back(m["loss"].dump() + " " + m["grad_norm"].dump());
   return out;
+}
+
+void run_ok(const std::string& cmd) {
+  std::string out;
+  ASSERT_EQ(run_command(cmd, &out), 0) << cmd << "\n" << out;
+}
+
+double mean_loss(const TrainRun& r, size_t first, size_t count) {
+  double s = 0;
+  for (size_t i = first; i < first + count; ++i) s += r.metrics.at(i).at("loss").get<double>();
+  return s / static_cast<double>(count);
+}
+
+const std::vector<std::string> kCaptionedImagePrompts = {"a test card with a clock", "red green and blue bars",
+                                                         "a fractal, blue and black", "colour bars for a television"};
+
+std::string make_captioned_images(const std::string& tag) {
+  const std::string d = make_temp_dir(tag) + "/images";
+  std::filesystem::create_directories(d);
+  const std::string ff = "ffmpeg -loglevel error -y -f lavfi -i ", q = " > /dev/null 2>&1";
+  run_ok(ff + "testsrc=size=40x36 -frames:v 1 " + d + "/a.png" + q);
+  run_ok(ff + "rgbtestsrc=size=36x40 -frames:v 1 " + d + "/b.png" + q);
+  run_ok(ff + "mandelbrot=size=48x48 -frames:v 1 " + d + "/c.jpg" + q);
+  run_ok(ff + "smptebars=size=64x48 -frames:v 1 " + d + "/d.png" + q);
+  const auto& p = kCaptionedImagePrompts;
+  std::ofstream(d + "/metadata.csv") << "image,prompt\na.png," << p[0] << "\nb.png," << p[1] << "\nc.jpg,\"" << p[2]
+                                     << "\"\nd.png," << p[3] << "\n";
+  return d;
+}
+
+std::string train_tiny_spm(const std::string& dir, const std::vector<std::string>& words) {
+  {
+    std::ofstream corpus(dir + "/corpus.txt");
+    const size_t n = words.size();
+    for (size_t i = 0; i < 300; ++i) {
+      for (size_t j = 0; j < 8; ++j) corpus << words[(i * 7 + j * 5 + i * j) % n] << (j < 7 ? " " : "\n");
+    }
+  }
+  run_ok("spm_train --input=" + dir + "/corpus.txt --model_prefix=" + dir + "/spm --vocab_size=40"
+         " --hard_vocab_limit=false --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1 --unk_id=2"
+         " --bos_id=-1 > /dev/null 2>&1");
+  return dir + "/spm.model";
+}
+
+void expect_exact_resume(const std::string& args, const std::string& tag) {
+  const std::string common = args + " --set train.steps=4 --set run.dump_final_shards=true";
+  TrainRun full = train_series(common + " --set train.save_every=2", 2, tag + "_full");
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  TrainRun resumed = train_series(common + " --set train.resume=" + full.dir + "/checkpoints/step_00000002", 2, tag);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto a = loss_texts(full), b = loss_texts(resumed);
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(b, std::vector<std::string>(a.begin() + 2, a.end()));
+  for (int r = 0; r < 2; ++r) {
+    const std::string f = "/final_shard.rank" + std::to_string(r) + ".bin";
+    EXPECT_TRUE(read_text(full.dir + f) == read_text(resumed.dir + f)) << "final parameters of rank " << r;
+  }
 }
 
 }  // namespace zeroshard::testing

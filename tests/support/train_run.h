@@ -54,6 +54,27 @@ struct ParityOptions {
 std::vector<TrainRun> expect_identical_strategies(const std::string& args, int world, int64_t steps,
                                                   const std::string& tag, const ParityOptions& options = {});
 
+// A shell command that must succeed (a gtest failure naming it and its output otherwise).
+void run_ok(const std::string& cmd);
+
+// Mean "loss" of r's steps first .. first + count - 1 (metrics lines).
+double mean_loss(const TrainRun& r, size_t first, size_t count);
+
+// A DiffSynth image folder made with Debian's ffmpeg under a fresh temp dir named by `tag`: four
+// images (a.png 40x36, b.png 36x40, c.jpg 48x48, d.png 64x48) and metadata.csv with
+// kCaptionedImagePrompts in that order. Returns the folder.
+extern const std::vector<std::string> kCaptionedImagePrompts;
+std::string make_captioned_images(const std::string& tag);
+
+// A tiny SentencePiece model with T5's special ids (pad 0, eos 1, unk 2, no bos), trained by
+// Debian's spm_train on 300 lines of the words in `dir`/corpus.txt. Returns <dir>/spm.model.
+std::string train_tiny_spm(const std::string& dir, const std::vector<std::string>& words);
+
+// "Resuming mid-run is exact": `args` trained 4 steps at W = 2 with a save at step 2, then again
+// from that checkpoint; the resumed run's losses and gradient norms must be the full run's last
+// two, and each rank's final parameters the same bytes (gtest failures otherwise).
+void expect_exact_resume(const std::string& args, const std::string& tag);
+
 // Largest |loss_b - loss_a| / |loss_a| over b's steps after after_step (each must be in a).
 double max_rel_loss_diff(const TrainRun& a, const TrainRun& b, int64_t after_step = 0);
 

@@ -31,13 +31,8 @@ namespace {
 
 const std::string kConfigs = std::string(ZS_SOURCE_DIR) + "/configs/flux1/";
 
-void sh(const std::string& cmd) {
-  std::string out;
-  ASSERT_EQ(run_command(cmd, &out), 0) << cmd << "\n" << out;
-}
-
-const std::vector<std::string> kPrompts = {"a test card with a clock", "red green and blue bars",
-                                           "a fractal, blue and black", "colour bars for a television"};
+// The prompts of the image folder (make_captioned_images).
+const std::vector<std::string>& kPrompts = kCaptionedImagePrompts;
 
 // Writes one [768] vector per prompt, each tensor named by its prompt (what docs/flux1.md's
 // recipe writes from CLIP-L's pooler_output); the values differ per prompt.
@@ -67,28 +62,9 @@ const Data& data() {
   static Data d = [] {
     Data d;
     d.dir = make_temp_dir("flux1_series");
-    d.images = d.dir + "/images";
-    fs::create_directories(d.images);
-    {
-      std::ofstream corpus(d.dir + "/corpus.txt");
-      const char* w[] = {"a", "test", "card", "with", "clock", "red", "green", "and", "blue", "bars",
-                         "fractal", "black", "colour", "for", "television", "cat", "dog", "the"};
-      for (int i = 0; i < 300; ++i) {
-        for (int j = 0; j < 8; ++j) corpus << w[(i * 7 + j * 5 + i * j) % 18] << (j < 7 ? " " : "\n");
-      }
-    }
-    const std::string q = " > /dev/null 2>&1";
-    sh("spm_train --input=" + d.dir + "/corpus.txt --model_prefix=" + d.dir + "/spm --vocab_size=40"
-       " --hard_vocab_limit=false --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1 --unk_id=2"
-       " --bos_id=-1" + q);
-    d.spm = d.dir + "/spm.model";
-    const std::string ff = "ffmpeg -loglevel error -y -f lavfi -i ";
-    sh(ff + "testsrc=size=40x36 -frames:v 1 " + d.images + "/a.png" + q);
-    sh(ff + "rgbtestsrc=size=36x40 -frames:v 1 " + d.images + "/b.png" + q);
-    sh(ff + "mandelbrot=size=48x48 -frames:v 1 " + d.images + "/c.jpg" + q);
-    sh(ff + "smptebars=size=64x48 -frames:v 1 " + d.images + "/d.png" + q);
-    std::ofstream(d.images + "/metadata.csv") << "image,prompt\na.png," << kPrompts[0] << "\nb.png," << kPrompts[1]
-                                              << "\nc.jpg,\"" << kPrompts[2] << "\"\nd.png," << kPrompts[3] << "\n";
+    d.images = make_captioned_images("flux1_series_images");
+    d.spm = train_tiny_spm(d.dir, {"a", "test", "card", "with", "clock", "red", "green", "and", "blue", "bars",
+                                   "fractal", "black", "colour", "for", "television", "cat", "dog", "the"});
     d.pooled = d.dir + "/pooled.safetensors";
     std::vector<std::string> all = kPrompts;
     all.push_back("");  // the negative prompt
@@ -102,12 +78,6 @@ std::string towers_args(const std::string& config = "base.yaml") {
   return "--config " + kConfigs + config + " --set flux1.dataset=" + data().images + " --set flux1.tokenizer=" +
          data().spm + " --set flux1.pooled_file=" + data().pooled +
          " --set run.progress=false --set parallel.comm_timeout_s=120";
-}
-
-double mean_loss(const TrainRun& r, size_t first, size_t count) {
-  double s = 0;
-  for (size_t i = first; i < first + count; ++i) s += r.metrics.at(i).at("loss").get<double>();
-  return s / static_cast<double>(count);
 }
 
 int64_t dit_params(const std::string& config) {
@@ -205,19 +175,7 @@ TEST(Flux1Series, FourStrategiesAgreeBitwiseForFullAndLoraTrainingAtThreeRanks) 
 }
 
 TEST(Flux1Series, ResumeFromAMidRunCheckpointIsExact) {
-  const std::string common = towers_args() + " --set train.steps=4 --set run.dump_final_shards=true";
-  TrainRun full = train_series(common + " --set train.save_every=2", 2, "flux1_resume_full");
-  ASSERT_EQ(full.exit_code, 0) << full.output;
-  TrainRun resumed =
-      train_series(common + " --set train.resume=" + full.dir + "/checkpoints/step_00000002", 2, "flux1_resume");
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  const auto a = loss_texts(full), b = loss_texts(resumed);
-  ASSERT_EQ(a.size(), 4u);
-  EXPECT_EQ(b, std::vector<std::string>(a.begin() + 2, a.end()));
-  for (int r = 0; r < 2; ++r) {
-    const std::string f = "/final_shard.rank" + std::to_string(r) + ".bin";
-    EXPECT_TRUE(read_text(full.dir + f) == read_text(resumed.dir + f)) << "final parameters of rank " << r;
-  }
+  expect_exact_resume(towers_args(), "flux1_resume");
 }
 
 TEST(Flux1Series, APreparedCacheTrainsAsTheTowersInTheLoopAndSamplingWritesAPng) {

@@ -23,11 +23,6 @@ namespace {
 
 const std::string kConfigs = std::string(ZS_SOURCE_DIR) + "/configs/wan/";
 
-void sh(const std::string& cmd) {
-  std::string out;
-  ASSERT_EQ(run_command(cmd, &out), 0) << cmd << "\n" << out;
-}
-
 // A folder with three mp4 clips (9, 12, 7 frames of different sizes: resized and cropped to
 // 32 x 32, 5 frames each), two png images, metadata.csv files for both, and a tokenizer.
 struct Folder {
@@ -42,25 +37,15 @@ const Folder& folder() {
     d.images = d.dir + "/images";
     fs::create_directories(d.videos);
     fs::create_directories(d.images);
-    {
-      std::ofstream corpus(d.dir + "/corpus.txt");
-      const char* w[] = {"a", "video", "of", "the", "cat", "walking", "on", "beach", "sunset", "camera", "slowly",
-                         "pans", "red", "blue", "green", "dog", "running", "field"};
-      for (int i = 0; i < 300; ++i) {
-        for (int j = 0; j < 8; ++j) corpus << w[(i * 7 + j * 5 + i * j) % 18] << (j < 7 ? " " : "\n");
-      }
-    }
     const std::string q = " > /dev/null 2>&1";
-    sh("spm_train --input=" + d.dir + "/corpus.txt --model_prefix=" + d.dir + "/spm --vocab_size=40"
-       " --hard_vocab_limit=false --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1 --unk_id=2"
-       " --bos_id=-1" + q);
-    d.spm = d.dir + "/spm.model";
+    d.spm = train_tiny_spm(d.dir, {"a", "video", "of", "the", "cat", "walking", "on", "beach", "sunset", "camera", "slowly",
+                                   "pans", "red", "blue", "green", "dog", "running", "field"});
     const std::string ff = "ffmpeg -loglevel error -y -f lavfi -i ";
-    sh(ff + "testsrc=size=48x40:rate=8 -frames:v 9 -pix_fmt yuv420p " + d.videos + "/a.mp4" + q);
-    sh(ff + "mandelbrot=size=40x40:rate=8 -frames:v 12 -pix_fmt yuv420p " + d.videos + "/b.mp4" + q);
-    sh(ff + "testsrc2=size=64x48:rate=8 -frames:v 7 -pix_fmt yuv420p " + d.videos + "/c.mp4" + q);
-    sh(ff + "testsrc=size=40x36 -frames:v 1 " + d.images + "/x.png" + q);
-    sh(ff + "rgbtestsrc=size=36x40 -frames:v 1 " + d.images + "/y.png" + q);
+    run_ok(ff + "testsrc=size=48x40:rate=8 -frames:v 9 -pix_fmt yuv420p " + d.videos + "/a.mp4" + q);
+    run_ok(ff + "mandelbrot=size=40x40:rate=8 -frames:v 12 -pix_fmt yuv420p " + d.videos + "/b.mp4" + q);
+    run_ok(ff + "testsrc2=size=64x48:rate=8 -frames:v 7 -pix_fmt yuv420p " + d.videos + "/c.mp4" + q);
+    run_ok(ff + "testsrc=size=40x36 -frames:v 1 " + d.images + "/x.png" + q);
+    run_ok(ff + "rgbtestsrc=size=36x40 -frames:v 1 " + d.images + "/y.png" + q);
     std::ofstream(d.videos + "/metadata.csv") << "video,prompt\na.mp4,a video of the cat walking\n"
                                                  "b.mp4,red dog running on the beach\n"
                                                  "c.mp4,\"camera slowly pans, a green field\"\n";
@@ -94,18 +79,7 @@ TEST(WanSeries, FourStrategiesAgreeBitwiseForFullAndLoraTrainingAtThreeRanks) {
 }
 
 TEST(WanSeries, ResumeFromAMidRunCheckpointIsExact) {
-  const std::string common = towers_args() + " --set train.steps=4 --set run.dump_final_shards=true";
-  TrainRun full = train_series(common + " --set train.save_every=2", 2, "wan_resume_full");
-  ASSERT_EQ(full.exit_code, 0) << full.output;
-  TrainRun resumed = train_series(common + " --set train.resume=" + full.dir + "/checkpoints/step_00000002", 2, "wan_resume");
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  const auto a = loss_texts(full), b = loss_texts(resumed);
-  ASSERT_EQ(a.size(), 4u);
-  EXPECT_EQ(b, std::vector<std::string>(a.begin() + 2, a.end()));
-  for (int r = 0; r < 2; ++r) {
-    const std::string f = "/final_shard.rank" + std::to_string(r) + ".bin";
-    EXPECT_TRUE(read_text(full.dir + f) == read_text(resumed.dir + f)) << "final parameters of rank " << r;
-  }
+  expect_exact_resume(towers_args(), "wan_resume");
 }
 
 TEST(WanSeries, APreparedCacheTrainsAsTheTowersInTheLoopAndSamplingWritesClips) {

@@ -30,37 +30,15 @@ namespace {
 const std::string kConfigs = std::string(ZS_SOURCE_DIR) + "/configs/z_image/";
 const std::string kTokenizer = std::string(ZS_SOURCE_DIR) + "/tests/models/qwen3/data/tiny_tokenizer/tokenizer.json";
 
-void sh(const std::string& cmd) {
-  std::string out;
-  ASSERT_EQ(run_command(cmd, &out), 0) << cmd << "\n" << out;
-}
-
 // Four images (three png, one jpg; 40x36 to 64x48) and their metadata.csv.
 const std::string& folder() {
-  static std::string dir = [] {
-    const std::string d = make_temp_dir("z_image_series") + "/images";
-    fs::create_directories(d);
-    const std::string ff = "ffmpeg -loglevel error -y -f lavfi -i ", q = " > /dev/null 2>&1";
-    sh(ff + "testsrc=size=40x36 -frames:v 1 " + d + "/a.png" + q);
-    sh(ff + "rgbtestsrc=size=36x40 -frames:v 1 " + d + "/b.png" + q);
-    sh(ff + "mandelbrot=size=48x48 -frames:v 1 " + d + "/c.jpg" + q);
-    sh(ff + "smptebars=size=64x48 -frames:v 1 " + d + "/d.png" + q);
-    std::ofstream(d + "/metadata.csv") << "image,prompt\na.png,a test card with a clock\nb.png,red green and blue bars\n"
-                                          "c.jpg,\"a fractal, blue and black\"\nd.png,colour bars for a television\n";
-    return d;
-  }();
+  static const std::string dir = make_captioned_images("z_image_series");
   return dir;
 }
 
 std::string towers_args(const std::string& config = "base.yaml") {
   return "--config " + kConfigs + config + " --set z_image.dataset=" + folder() + " --set z_image.tokenizer=" +
          kTokenizer + " --set run.progress=false --set parallel.comm_timeout_s=120";
-}
-
-double mean_loss(const TrainRun& r, size_t first, size_t count) {
-  double s = 0;
-  for (size_t i = first; i < first + count; ++i) s += r.metrics.at(i).at("loss").get<double>();
-  return s / static_cast<double>(count);
 }
 
 }  // namespace
@@ -96,19 +74,7 @@ TEST(ZImageSeries, FourStrategiesAgreeBitwiseForFullAndLoraTrainingAtThreeRanks)
 }
 
 TEST(ZImageSeries, ResumeFromAMidRunCheckpointIsExact) {
-  const std::string common = towers_args() + " --set train.steps=4 --set run.dump_final_shards=true";
-  TrainRun full = train_series(common + " --set train.save_every=2", 2, "z_image_resume_full");
-  ASSERT_EQ(full.exit_code, 0) << full.output;
-  TrainRun resumed =
-      train_series(common + " --set train.resume=" + full.dir + "/checkpoints/step_00000002", 2, "z_image_resume");
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  const auto a = loss_texts(full), b = loss_texts(resumed);
-  ASSERT_EQ(a.size(), 4u);
-  EXPECT_EQ(b, std::vector<std::string>(a.begin() + 2, a.end()));
-  for (int r = 0; r < 2; ++r) {
-    const std::string f = "/final_shard.rank" + std::to_string(r) + ".bin";
-    EXPECT_TRUE(read_text(full.dir + f) == read_text(resumed.dir + f)) << "final parameters of rank " << r;
-  }
+  expect_exact_resume(towers_args(), "z_image_resume");
 }
 
 TEST(ZImageSeries, APreparedCacheTrainsAsTheTowersInTheLoopAndSamplingWritesAPng) {
@@ -179,7 +145,7 @@ TEST(ZImageSeries, BucketedBatchesComeFromOneBucketPerStepWhateverTheWorldSize) 
                                                        {"d.png", "100x48"}, {"e.png", "40x90"}, {"f.png", "36x40"}};
   std::string csv = "image,prompt\n";
   for (const auto& [name, size] : files) {
-    sh(ff + "testsrc=size=" + std::string(size) + " -frames:v 1 " + d + "/" + name + q);
+    run_ok(ff + "testsrc=size=" + std::string(size) + " -frames:v 1 " + d + "/" + name + q);
     csv += std::string(name) + ",a test card " + size + "\n";
   }
   std::ofstream(d + "/metadata.csv") << csv;
@@ -237,7 +203,7 @@ TEST(ZImageSeries, PreparedBucketsTrainAsTheTowersInTheLoop) {
   std::string csv = "image,prompt\n";
   for (const auto& [name, size] : std::vector<std::pair<std::string, std::string>>{
            {"a.png", "80x40"}, {"b.png", "40x80"}, {"c.jpg", "48x48"}, {"d.png", "100x48"}, {"e.png", "40x90"}}) {
-    sh(ff + "testsrc=size=" + size + " -frames:v 1 " + d + "/" + name + q);
+    run_ok(ff + "testsrc=size=" + size + " -frames:v 1 " + d + "/" + name + q);
     csv += name + ",a test card " + size + "\n";
   }
   std::ofstream(d + "/metadata.csv") << csv;
@@ -292,8 +258,8 @@ TEST(ZImageSeries, TheDitFromAReleasedFileIsTheStartingPoint) {
                           "open(dst, 'wb').write(struct.pack('<Q', len(j)) + j + blob)\n";
   auto export_dit = [&](const TrainRun& r, const std::string& name, const std::string& drop = "") {
     const std::string raw = dir + "/" + name + ".raw.safetensors", file = dir + "/" + name + ".safetensors";
-    sh(std::string(ZS_BINARY) + " export " + r.dir + " " + raw + " > /dev/null 2>&1");
-    sh("python3 " + strip + " " + raw + " " + file + " " + drop);
+    run_ok(std::string(ZS_BINARY) + " export " + r.dir + " " + raw + " > /dev/null 2>&1");
+    run_ok("python3 " + strip + " " + raw + " " + file + " " + drop);
     return file;
   };
   const std::string released = export_dit(a, "a");
