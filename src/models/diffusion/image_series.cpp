@@ -84,6 +84,30 @@ at::Tensor ImagePipelineImpl::sample(const std::vector<std::string>& prompts, co
   })[0];
 }
 
+void ImagePipelineImpl::init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const {
+  using util::starts_with;
+  if (nn::is_lora_parameter(name)) {
+    nn::lora_init(seed, name, param);
+  } else if (starts_with(name, "dit.")) {
+    seeded_init(seed, name, param);
+  } else if (starts_with(name, "text_encoder.")) {
+    init_text_encoder(seed ^ 0x7135ull, name.substr(13), param);
+  } else if (starts_with(name, "vae.")) {
+    init_vae(seed ^ 0x7661eull, name.substr(4), param);
+  } else {
+    throw std::invalid_argument("no initial value for parameter '" + name +
+                                "' (an image pipeline has dit.*, text_encoder.* and vae.*)");
+  }
+}
+
+void ImagePipelineImpl::init_vae(uint64_t seed, const std::string& name, at::Tensor& param) const {
+  seeded_init(seed, "vae." + name, param);
+}
+
+bool pipeline_unit(const std::string& qualified_name) {
+  return qualified_name != "vae" && qualified_name != "dit" && qualified_name != "text_encoder";
+}
+
 namespace {
 
 std::string num(double v) {

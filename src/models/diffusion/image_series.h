@@ -114,8 +114,10 @@ class ImagePipelineImpl : public nn::HookableModule {
 
   // The latent of an image of height x width (e.g. {16, h / 8, w / 8}).
   virtual std::vector<int64_t> latent_shape(int64_t height, int64_t width) const = 0;
-  // Seeded initial value of parameter `name` (LoRA adapters included), keyed by (seed, name).
-  virtual void init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const = 0;
+  // Seeded initial value of parameter `name`, keyed by (seed, name): LoRA adapters by
+  // nn::lora_init, "dit.*" by seeded_init, "text_encoder.*" by init_text_encoder and "vae.*" by
+  // init_vae (each tower's seed salted: a tower of its own).
+  void init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const;
   // The module LoRA adapts (registered as "dit").
   virtual torch::nn::Module& dit_module() = 0;
 
@@ -126,7 +128,16 @@ class ImagePipelineImpl : public nn::HookableModule {
   virtual std::map<std::string, at::Tensor> compute_condition(const at::Tensor& image, const std::string& prompt) = 0;
   virtual at::Tensor compute_sample(const std::vector<std::string>& prompts, const at::Tensor& noise,
                                     int64_t steps) = 0;
+  // A tower parameter's initial value; `name` below "text_encoder." / "vae.", seed already salted.
+  virtual void init_text_encoder(uint64_t seed, const std::string& name, at::Tensor& param) const = 0;
+  // Default: seeded_init keyed by the full name "vae.<name>".
+  virtual void init_vae(uint64_t seed, const std::string& name, at::Tensor& param) const;
 };
+
+// The sharding units of a diffusion pipeline (the image series' and wan's): a chosen unit hides
+// the HookableModules inside it, so the DiT and the towers as wholes are not units; their blocks
+// are, and their embeddings, heads and norms join the root.
+bool pipeline_unit(const std::string& qualified_name);
 
 // What make_image_series needs from a series.
 struct ImageSeriesSpec {
@@ -141,7 +152,7 @@ struct ImageSeriesSpec {
   std::function<const ImageSeriesKeys&(const train::TrainConfig&)> keys;
   // The pipeline without bytes (called under nn::DeferredInit), with the DiT and/or the towers.
   std::function<std::shared_ptr<ImagePipelineImpl>(const train::TrainConfig&, bool with_dit, bool with_towers)> build;
-  std::function<bool(const std::string&)> is_unit;
+  std::function<bool(const std::string&)> is_unit = pipeline_unit;
   std::vector<reference::ReferenceKind> reference_kinds;
   // Optional: the parameters of the DiT / the VAE / the text tower (under the pipeline's names
   // below "dit." / "vae." / "text_encoder.") from a released file (<series>.dit_from, vae_from,

@@ -148,26 +148,9 @@ at::Tensor Flux1PipelineImpl::compute_sample(const std::vector<std::string>& pro
 
 // --- seeded initial values ---------------------------------------------------------------------
 
-void Flux1PipelineImpl::init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const {
-  using util::starts_with;
-  if (nn::is_lora_parameter(name)) {
-    nn::lora_init(seed, name, param);
-  } else if (starts_with(name, "dit.")) {
-    diffusion::seeded_init(seed, name, param);
-  } else if (starts_with(name, "text_encoder.")) {
-    // Salted: a tower of its own; T5's own initialization (t5.h).
-    t5::t5_init(config_.text_config(), seed ^ 0x7135ull, name.substr(13), param);
-  } else if (starts_with(name, "vae.")) {
-    diffusion::seeded_init(seed ^ 0x7661eull, name, param);
-  } else {
-    throw std::invalid_argument("flux1: no initial value for parameter '" + name + "'");
-  }
-}
-
-// A chosen unit hides the HookableModules inside it: the DiT's blocks, the T5 blocks and the VAE's
-// levels and mids are the units; the rest joins the root.
-bool flux1_unit(const std::string& qualified_name) {
-  return qualified_name != "vae" && qualified_name != "dit" && qualified_name != "text_encoder";
+// T5's own initialization (t5.h).
+void Flux1PipelineImpl::init_text_encoder(uint64_t seed, const std::string& name, at::Tensor& param) const {
+  t5::t5_init(config_.text_config(), seed, name, param);
 }
 
 }  // namespace zeroshard::models::flux

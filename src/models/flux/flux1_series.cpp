@@ -232,7 +232,6 @@ Series flux1_series() {
     return std::static_pointer_cast<diffusion::ImagePipelineImpl>(
         std::make_shared<Flux1PipelineImpl>(cfg.series_config<Flux1SeriesConfig>(), with_dit, with_towers));
   };
-  spec.is_unit = flux1_unit;
   spec.dit_source = [](const train::TrainConfig&, const std::string& path) {
     return flux1_dit_file_source(path, flux1_dev());
   };

@@ -110,7 +110,6 @@ class Flux1PipelineImpl : public diffusion::ImagePipelineImpl {
   Flux1PipelineImpl(const Flux1SeriesConfig& c, bool with_dit, bool with_towers);
 
   std::vector<int64_t> latent_shape(int64_t height, int64_t width) const override;
-  void init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const override;
   torch::nn::Module& dit_module() override { return *dit; }
 
   Flux1DiT dit{nullptr};
@@ -118,6 +117,7 @@ class Flux1PipelineImpl : public diffusion::ImagePipelineImpl {
   Flux1AutoEncoder vae{nullptr};
 
  protected:
+  void init_text_encoder(uint64_t seed, const std::string& name, at::Tensor& param) const override;
   at::Tensor compute_loss(const diffusion::ImageBatch& batch) override;
   std::map<std::string, at::Tensor> compute_condition(const at::Tensor& image, const std::string& prompt) override;
   at::Tensor compute_sample(const std::vector<std::string>& prompts, const at::Tensor& noise, int64_t steps) override;
@@ -144,7 +144,6 @@ std::shared_ptr<ParamSource> flux1_dit_file_source(const std::string& path, cons
 // flux1.text_encoder_from: text_encoder_2 in transformers' T5EncoderModel names (hf_t5_name_map).
 std::shared_ptr<ParamSource> flux1_text_encoder_source(const std::string& path);
 
-bool flux1_unit(const std::string& qualified_name);
 
 Series flux1_series();
 

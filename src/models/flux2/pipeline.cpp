@@ -183,26 +183,9 @@ at::Tensor Flux2PipelineImpl::compute_sample(const std::vector<std::string>& pro
 
 // --- seeded initial values ---------------------------------------------------------------------
 
-void Flux2PipelineImpl::init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const {
-  using util::starts_with;
-  if (nn::is_lora_parameter(name)) {
-    nn::lora_init(seed, name, param);
-  } else if (starts_with(name, "dit.")) {
-    diffusion::seeded_init(seed, name, param);
-  } else if (starts_with(name, "text_encoder.")) {
-    if (!text_encoder) throw std::invalid_argument("flux2: '" + name + "' on a pipeline built without its towers");
-    text_encoder->init_parameter(seed ^ 0x7135ull, name.substr(13), param);  // transformers' _init_weights
-  } else if (starts_with(name, "vae.")) {
-    diffusion::seeded_init(seed ^ 0x7661eull, name, param);
-  } else {
-    throw std::invalid_argument("flux2: no initial value for parameter '" + name + "'");
-  }
-}
-
-// A chosen unit hides the HookableModules inside it, so the towers and the DiT as wholes are not
-// units: their blocks are, and their embeddings, modulations, heads and norms join the root.
-bool flux2_unit(const std::string& qualified_name) {
-  return qualified_name != "vae" && qualified_name != "dit" && qualified_name != "text_encoder";
+void Flux2PipelineImpl::init_text_encoder(uint64_t seed, const std::string& name, at::Tensor& param) const {
+  if (!text_encoder) throw std::invalid_argument("flux2: '" + name + "' on a pipeline built without its towers");
+  text_encoder->init_parameter(seed, name, param);  // transformers' _init_weights
 }
 
 }  // namespace zeroshard::models::flux2

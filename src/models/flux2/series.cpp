@@ -221,7 +221,6 @@ Series flux2_series() {
     return flux2_training_schedule(cfg.series_config<Flux2SeriesConfig>().io.shift);
   };
   // The released transformer files use Flux2DiT's names as they are (no name map).
-  spec.is_unit = flux2_unit;
   // reference_kinds: the flux2 kinds are listed once in series_list.cpp's reference table.
   return diffusion::make_image_series(std::move(spec));
 }

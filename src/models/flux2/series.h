@@ -102,7 +102,6 @@ class Flux2PipelineImpl : public diffusion::ImagePipelineImpl {
   Flux2PipelineImpl(const Flux2SeriesConfig& c, bool with_dit, bool with_towers);
 
   std::vector<int64_t> latent_shape(int64_t height, int64_t width) const override;
-  void init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const override;
   torch::nn::Module& dit_module() override { return *dit; }
 
   Flux2DiT dit{nullptr};
@@ -110,6 +109,7 @@ class Flux2PipelineImpl : public diffusion::ImagePipelineImpl {
   Flux2Vae vae{nullptr};
 
  protected:
+  void init_text_encoder(uint64_t seed, const std::string& name, at::Tensor& param) const override;
   at::Tensor compute_loss(const diffusion::ImageBatch& batch) override;
   std::map<std::string, at::Tensor> compute_condition(const at::Tensor& image, const std::string& prompt) override;
   at::Tensor compute_sample(const std::vector<std::string>& prompts, const at::Tensor& noise, int64_t steps) override;
@@ -126,7 +126,6 @@ class Flux2PipelineImpl : public diffusion::ImagePipelineImpl {
 };
 TORCH_MODULE(Flux2Pipeline);
 
-bool flux2_unit(const std::string& qualified_name);
 
 Series flux2_series();
 

@@ -22,8 +22,6 @@ constexpr const char* kTemplateTail = "<|im_end|>\n<|im_start|>assistant\n";
 
 // Salts: each tower seeded as a model of its own (the VAE's is the wan series' salt, so a Wan
 // VAE seeded by either series is the same).
-constexpr uint64_t kTextSalt = 0x7135ull;
-constexpr uint64_t kVaeSalt = 0x7661eull;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -64,20 +62,13 @@ std::vector<int64_t> QwenImagePipelineImpl::latent_shape(int64_t height, int64_t
   return {config_.vae.z_dim, height / f, width / f};
 }
 
-void QwenImagePipelineImpl::init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const {
-  using util::starts_with;
-  if (nn::is_lora_parameter(name)) {
-    nn::lora_init(seed, name, param);
-  } else if (starts_with(name, "dit.")) {
-    diffusion::seeded_init(seed, name, param);
-  } else if (starts_with(name, "text_encoder.")) {
-    if (!text_encoder) throw std::invalid_argument("qwen_image: '" + name + "' on a pipeline built without its towers");
-    text_encoder->init_parameter(seed ^ kTextSalt, name.substr(13), param);  // transformers' _init_weights
-  } else if (starts_with(name, "vae.")) {
-    wan::wan_vae_init(seed ^ kVaeSalt, name.substr(4), param);  // as wan_init seeds the wan series' VAE
-  } else {
-    throw std::invalid_argument("qwen_image: no initial value for parameter '" + name + "'");
-  }
+void QwenImagePipelineImpl::init_text_encoder(uint64_t seed, const std::string& name, at::Tensor& param) const {
+  if (!text_encoder) throw std::invalid_argument("qwen_image: '" + name + "' on a pipeline built without its towers");
+  text_encoder->init_parameter(seed, name, param);  // transformers' _init_weights
+}
+
+void QwenImagePipelineImpl::init_vae(uint64_t seed, const std::string& name, at::Tensor& param) const {
+  wan::wan_vae_init(seed, name, param);  // as wan_init seeds the wan series' VAE
 }
 
 torch::nn::Module& QwenImagePipelineImpl::dit_module() {

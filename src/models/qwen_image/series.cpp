@@ -42,7 +42,7 @@ Series qwen_image_series() {
   };
   // The wan series' rule: the DiT, the text tower and the VAE are not units themselves (a unit
   // hides the HookableModules inside it); their blocks are.
-  spec.is_unit = wan_unit;
+  spec.is_unit = diffusion::pipeline_unit;
   // qwen_image.dit_from: the released transformer/ (diffusion_pytorch_model*.safetensors or its
   // index): diffusers' names are the DiT's own (the shared layer's default reader).
   // qwen_image.vae_from: Qwen-Image's vae/ safetensors (diffusers' AutoencoderKLQwenImage names,

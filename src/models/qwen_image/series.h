@@ -70,14 +70,13 @@ struct QwenImageSeriesConfig : train::SeriesConfigBase<QwenImageSeriesConfig> {
 };
 
 // The trained root: "dit.*" and, with the towers, "text_encoder.*" and "vae.*" (Wan2.1_VAE.pth
-// names). Sharding units (models::wan_unit, the wan series' rule): the DiT's blocks, the Qwen
+// names). Sharding units (diffusion::pipeline_unit, the wan series' rule too): the DiT's blocks, the Qwen
 // layers and the VAE's residual / attention / resample blocks; the rest joins the root unit.
 class QwenImagePipelineImpl : public diffusion::ImagePipelineImpl {
  public:
   QwenImagePipelineImpl(const QwenImageSeriesConfig& c, bool with_dit, bool with_towers);
 
   std::vector<int64_t> latent_shape(int64_t height, int64_t width) const override;
-  void init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const override;
   torch::nn::Module& dit_module() override;
 
   // The prompt's token ids as the pipeline feeds the text tower: the template, cut at drop_idx +
@@ -93,6 +92,8 @@ class QwenImagePipelineImpl : public diffusion::ImagePipelineImpl {
   wan::WanVae vae{nullptr};
 
  protected:
+  void init_text_encoder(uint64_t seed, const std::string& name, at::Tensor& param) const override;
+  void init_vae(uint64_t seed, const std::string& name, at::Tensor& param) const override;  // Wan's VAE rule
   at::Tensor compute_loss(const diffusion::ImageBatch& batch) override;
   std::map<std::string, at::Tensor> compute_condition(const at::Tensor& image, const std::string& prompt) override;
   at::Tensor compute_sample(const std::vector<std::string>& prompts, const at::Tensor& noise, int64_t steps) override;

@@ -234,10 +234,4 @@ void wan_init(const WanSeriesConfig& c, uint64_t seed, const std::string& name, 
   }
 }
 
-// A chosen unit hides the HookableModules inside it, so the towers and the DiT as wholes are not
-// units: their blocks are, and their embeddings, heads and norms join the root.
-bool wan_unit(const std::string& qualified_name) {
-  return qualified_name != "vae" && qualified_name != "dit" && qualified_name != "text_encoder";
-}
-
 }  // namespace zeroshard::models

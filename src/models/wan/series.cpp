@@ -8,6 +8,7 @@
 #include "io/video_codec.h"
 #include "models/wan/data.h"
 #include "models/diffusion/flow_match.h"
+#include "models/diffusion/image_series.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "nn/name_map.h"
@@ -276,7 +277,7 @@ Series wan_series() {
   s.make_task = [](const train::TrainConfig& c, int rank, int world) -> std::unique_ptr<train::Task> {
     return std::make_unique<WanTask>(c, rank, world);
   };
-  s.is_unit = wan_unit;
+  s.is_unit = diffusion::pipeline_unit;
   s.sample = generate;
   s.prepare = wan::prepare_cache;
   s.supports_lora = true;

@@ -70,7 +70,7 @@ struct WanBatch {
 
 // The trained root: the DiT, and (towers in the loop, or for prepare / sampling) the frozen umT5
 // encoder and VAE. Parameter names: "dit.*" (original Wan names below), "text_encoder.*",
-// "vae.*". Sharding units (wan_unit): the DiT blocks, the umT5 blocks and the VAE's residual /
+// "vae.*". Sharding units (diffusion::pipeline_unit): the DiT blocks, the umT5 blocks and the VAE's residual /
 // attention / resample blocks; the rest (the DiT's patch, text and time embeddings and head, the
 // umT5 token embedding and final norm, the VAE's conv1 / conv2) is the root unit.
 class WanPipelineImpl : public nn::HookableModule {
@@ -100,7 +100,6 @@ class WanPipelineImpl : public nn::HookableModule {
 };
 TORCH_MODULE(WanPipeline);
 
-bool wan_unit(const std::string& qualified_name);
 
 // Seeded initial value of a pipeline parameter (LoRA adapters included), keyed by (seed, name).
 void wan_init(const WanSeriesConfig& c, uint64_t seed, const std::string& name, at::Tensor& param);

@@ -185,27 +185,10 @@ at::Tensor ZImagePipelineImpl::compute_sample(const std::vector<std::string>& pr
 
 // --- seeded initial values ---------------------------------------------------------------------
 
-void ZImagePipelineImpl::init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const {
-  using util::starts_with;
-  if (nn::is_lora_parameter(name)) {
-    nn::lora_init(seed, name, param);
-  } else if (starts_with(name, "dit.")) {
-    diffusion::seeded_init(seed, name, param);
-  } else if (starts_with(name, "text_encoder.")) {
-    // Salted: a tower of its own; the Qwen3 rule (transformers' _init_weights).
-    if (!text_encoder) throw std::invalid_argument("z_image: '" + name + "' on a pipeline built without its towers");
-    text_encoder->init_parameter(seed ^ 0x7135ull, name.substr(13), param);
-  } else if (starts_with(name, "vae.")) {
-    diffusion::seeded_init(seed ^ 0x7661eull, name, param);
-  } else {
-    throw std::invalid_argument("z_image: no initial value for parameter '" + name + "'");
-  }
-}
-
-// A chosen unit hides the HookableModules inside it, so the towers and the DiT as wholes are not
-// units: their blocks are, and their embeddings, heads and norms join the root.
-bool z_image_unit(const std::string& qualified_name) {
-  return qualified_name != "vae" && qualified_name != "dit" && qualified_name != "text_encoder";
+// The Qwen3 rule (transformers' _init_weights).
+void ZImagePipelineImpl::init_text_encoder(uint64_t seed, const std::string& name, at::Tensor& param) const {
+  if (!text_encoder) throw std::invalid_argument("z_image: '" + name + "' on a pipeline built without its towers");
+  text_encoder->init_parameter(seed, name, param);
 }
 
 }  // namespace zeroshard::models::z_image

@@ -32,7 +32,6 @@ Series z_image_series() {
                bool with_towers) -> std::shared_ptr<diffusion::ImagePipelineImpl> {
     return std::make_shared<ZImagePipelineImpl>(cfg.series_config<ZImageSeriesConfig>(), with_dit, with_towers);
   };
-  s.is_unit = z_image_unit;
   return diffusion::make_image_series(std::move(s));
 }
 

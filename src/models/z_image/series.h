@@ -64,7 +64,7 @@ struct ZImageSeriesConfig : train::SeriesConfigBase<ZImageSeriesConfig> {
 
 // The trained root: "dit.*" (released Z-Image names below), and with the towers "text_encoder.*"
 // (Qwen3, "model.*" below: transformers' names, no lm_head) and "vae.*" (ae.safetensors names).
-// Sharding units (z_image_unit): the DiT's blocks, the Qwen3 layers, the VAE's levels and mids;
+// Sharding units (diffusion::pipeline_unit): the DiT's blocks, the Qwen3 layers, the VAE's levels and mids;
 // the rest joins the root unit.
 class ZImagePipelineImpl : public diffusion::ImagePipelineImpl {
  public:
@@ -72,7 +72,6 @@ class ZImagePipelineImpl : public diffusion::ImagePipelineImpl {
   ZImagePipelineImpl(const ZImageSeriesConfig& c, bool with_dit, bool with_towers);
 
   std::vector<int64_t> latent_shape(int64_t height, int64_t width) const override;
-  void init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const override;
   torch::nn::Module& dit_module() override { return *dit; }
 
   ZImageDit dit{nullptr};
@@ -80,6 +79,7 @@ class ZImagePipelineImpl : public diffusion::ImagePipelineImpl {
   flux::Flux1AutoEncoder vae{nullptr};
 
  protected:
+  void init_text_encoder(uint64_t seed, const std::string& name, at::Tensor& param) const override;
   // Mean over samples of weight_i * MSE(-dit(x_t, (1000 - timestep_i) / 1000), noise_i - x0_i),
   // x_t = (1 - sigma_i) x0_i + sigma_i noise_i; the cache's field "context" [n, hidden].
   at::Tensor compute_loss(const diffusion::ImageBatch& batch) override;
@@ -97,7 +97,6 @@ class ZImagePipelineImpl : public diffusion::ImagePipelineImpl {
 };
 TORCH_MODULE(ZImagePipeline);
 
-bool z_image_unit(const std::string& qualified_name);
 
 Series z_image_series();
 
