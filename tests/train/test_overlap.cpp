@@ -82,11 +82,15 @@ TEST(MixedPrecision, StrategiesAgreeAtW3WithCheckpointingForBothReduceDtypes) {
     expect_same_bits(fp32_reduce[0], fp32_reduce[k], 3, "fp32 reduction, " + kStrategies[k]);
     expect_same_bits(bf16_reduce[0], bf16_reduce[k], 3, "bf16 reduction, " + kStrategies[k]);
   }
-  const TrainRun &a = fp32_reduce[2], &b = bf16_reduce[2];  // optim_grads: reduce-scatters only, no gathers
+  // no_shard: its step issues and waits every collective itself (no publishing all-gathers
+  // deferred to the next forward, which count in a step only when they happen to finish by
+  // its figures; see src/shard/plan.h), so its bytes are exact. Per step: two micro-batches'
+  // gradient reduce-scatters in the reduce dtype, then one all-gather of the reduced fp32
+  // gradients, so bf16 reductions move 2/3 of the bytes (1/2 on the reduce-scatters).
+  const TrainRun &a = fp32_reduce[0], &b = bf16_reduce[0];
   EXPECT_NE(loss_texts(a), loss_texts(b)) << "bf16 reductions must actually be used";
   EXPECT_LT(max_rel_loss_diff(a, b), 0.02);
-  // The gradient reduce-scatters are most of optim_grads' bytes: bf16 moves a bit over half.
   const double ratio = static_cast<double>(last(b, "comm_bytes_sent")) / static_cast<double>(last(a, "comm_bytes_sent"));
-  EXPECT_GT(ratio, 0.5);
-  EXPECT_LT(ratio, 0.8);
+  EXPECT_GT(ratio, 0.6);
+  EXPECT_LT(ratio, 0.7);
 }
