@@ -35,6 +35,9 @@ class ParamSource {
   // Writes elements [begin, end) of the row-major flattening of `param` into `out`, a
   // contiguous float32 tensor of end - begin elements.
   virtual void read(const ParamInfo& param, int64_t begin, int64_t end, at::Tensor out) = 0;
+  // What the source found worth telling the user (tensors of a released file it leaves unread on
+  // purpose, and why): logged by the trainer, printed by prepare and sample.
+  virtual std::vector<std::string> notes() const { return {}; }
 };
 
 // Computes each whole parameter with fn(name, tensor) (e.g. seeded init), keeps the requested

@@ -193,92 +193,113 @@ at::Tensor SafetensorsFile::read(const std::string& name) const {
   return t;
 }
 
-namespace {
+// --- SafetensorsSet ----------------------------------------------------------------------------
 
-// One safetensors file, or several listed by a `*.safetensors.index.json`
-// ({"weight_map": {tensor: file}}, files relative to the index).
-class SafetensorsSource : public ParamSource {
- public:
-  explicit SafetensorsSource(const std::string& path) : path_(path) {
-    const std::string suffix = ".index.json";
-    if (path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      open_index(path);
-    } else {
-      files_.push_back(std::make_unique<SafetensorsFile>(path));
-      for (const auto& e : files_[0]->entries()) where_[e.name] = {files_[0].get(), &e};
+SafetensorsSet::SafetensorsSet(const std::string& path) : path_(path) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(path)) {
+    path_.clear();
+    for (const char* name : {"model.safetensors.index.json", "model.safetensors",
+                             "diffusion_pytorch_model.safetensors.index.json", "diffusion_pytorch_model.safetensors"}) {
+      if (fs::exists(fs::path(path) / name)) {
+        path_ = (fs::path(path) / name).string();
+        break;
+      }
+    }
+    if (path_.empty()) {
+      throw std::runtime_error(path + ": a folder with none of model.safetensors.index.json, model.safetensors, "
+                               "diffusion_pytorch_model.safetensors.index.json, diffusion_pytorch_model.safetensors");
     }
   }
+  const std::string suffix = ".index.json";
+  if (path_.size() > suffix.size() && path_.compare(path_.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    open_index(path_);
+  } else {
+    files_.push_back(std::make_unique<SafetensorsFile>(path_));
+    for (const auto& e : files_[0]->entries()) where_[e.name] = {files_[0].get(), &e};
+  }
+}
+
+const SafetensorsSet::Where* SafetensorsSet::find(const std::string& name) const {
+  const auto it = where_.find(name);
+  return it == where_.end() ? nullptr : &it->second;
+}
+
+void SafetensorsSet::open_index(const std::string& index_path) {
+  std::ifstream in(index_path);
+  if (!in) throw std::runtime_error("cannot open safetensors index '" + index_path + "'");
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(index_path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
+    throw std::runtime_error(index_path + ": no \"weight_map\" object");
+  }
+  const std::filesystem::path dir = std::filesystem::path(index_path).parent_path();
+  std::map<std::string, SafetensorsFile*> opened;
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
+    if (!it.value().is_string()) {
+      throw std::runtime_error(index_path + ": weight_map entry '" + it.key() + "' is not a file name");
+    }
+    const std::string file = it.value().get<std::string>();
+    if (!opened.count(file)) {
+      files_.push_back(std::make_unique<SafetensorsFile>((dir / file).string()));
+      opened[file] = files_.back().get();
+    }
+    const TensorEntry* e = opened[file]->find(it.key());
+    if (e == nullptr) {
+      throw std::runtime_error(index_path + ": maps tensor '" + it.key() + "' to " + opened[file]->path() +
+                               ", which does not hold it");
+    }
+    where_[it.key()] = {opened[file], e};
+  }
+}
+
+namespace {
+
+// The model's parameters from a SafetensorsSet under their own names.
+class SafetensorsSource : public ParamSource {
+ public:
+  explicit SafetensorsSource(const std::string& path) : set_(path) {}
 
   void check(const std::vector<ParamInfo>& params) override {
     std::map<std::string, bool> wanted;
     for (const auto& p : params) {
       wanted[p.name] = true;
-      auto it = where_.find(p.name);
-      if (it == where_.end()) {
-        throw std::runtime_error(path_ + ": has no tensor '" + p.name + "' (the model's parameter, shape " +
-                                 shape_text(p.shape) + "); it holds " + std::to_string(where_.size()) + " tensors" +
-                                 (where_.empty() ? "" : ", e.g. '" + where_.begin()->first + "'"));
+      const SafetensorsSet::Where* w = set_.find(p.name);
+      if (w == nullptr) {
+        throw std::runtime_error(set_.path() + ": has no tensor '" + p.name + "' (the model's parameter, shape " +
+                                 shape_text(p.shape) + "); it holds " + std::to_string(set_.tensors().size()) + " tensors" +
+                                 (set_.tensors().empty() ? "" : ", e.g. '" + set_.tensors().begin()->first + "'"));
       }
-      const auto& [file, e] = it->second;
+      const TensorEntry* e = w->entry;
       if (e->shape != p.shape) {
-        throw std::runtime_error(file->path() + ": tensor '" + p.name + "' has shape " + shape_text(e->shape) +
+        throw std::runtime_error(w->file->path() + ": tensor '" + p.name + "' has shape " + shape_text(e->shape) +
                                  " but the model expects " + shape_text(p.shape));
       }
       if (e->dtype != at::kFloat && e->dtype != at::kBFloat16 && e->dtype != at::kHalf && e->dtype != at::kDouble) {
-        throw std::runtime_error(file->path() + ": tensor '" + p.name + "' has dtype " + safetensors_dtype(e->dtype) +
+        throw std::runtime_error(w->file->path() + ": tensor '" + p.name + "' has dtype " + safetensors_dtype(e->dtype) +
                                  "; parameters load from F32, BF16, F16 or F64");
       }
     }
-    for (const auto& [name, loc] : where_) {
+    for (const auto& [name, w] : set_.tensors()) {
       if (!wanted.count(name)) {
-        throw std::runtime_error(loc.first->path() + ": tensor '" + name +
+        throw std::runtime_error(w.file->path() + ": tensor '" + name +
                                  "' is not a parameter of this model (wrong model config, or a file for another model)");
       }
     }
   }
 
   void read(const ParamInfo& param, int64_t begin, int64_t end, at::Tensor out) override {
-    auto it = where_.find(param.name);
-    if (it == where_.end()) throw std::runtime_error(path_ + ": has no tensor '" + param.name + "'");
-    it->second.first->read_range(*it->second.second, begin, end, out);
+    const SafetensorsSet::Where* w = set_.find(param.name);
+    if (w == nullptr) throw std::runtime_error(set_.path() + ": has no tensor '" + param.name + "'");
+    w->file->read_range(*w->entry, begin, end, out);
   }
 
  private:
-  void open_index(const std::string& index_path) {
-    std::ifstream in(index_path);
-    if (!in) throw std::runtime_error("cannot open safetensors index '" + index_path + "'");
-    nlohmann::json index;
-    try {
-      index = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(index_path + ": not valid JSON (" + e.what() + ")");
-    }
-    if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
-      throw std::runtime_error(index_path + ": no \"weight_map\" object");
-    }
-    const std::filesystem::path dir = std::filesystem::path(index_path).parent_path();
-    std::map<std::string, SafetensorsFile*> opened;
-    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-      if (!it.value().is_string()) {
-        throw std::runtime_error(index_path + ": weight_map entry '" + it.key() + "' is not a file name");
-      }
-      const std::string file = it.value().get<std::string>();
-      if (!opened.count(file)) {
-        files_.push_back(std::make_unique<SafetensorsFile>((dir / file).string()));
-        opened[file] = files_.back().get();
-      }
-      const TensorEntry* e = opened[file]->find(it.key());
-      if (e == nullptr) {
-        throw std::runtime_error(index_path + ": maps tensor '" + it.key() + "' to " + opened[file]->path() +
-                                 ", which does not hold it");
-      }
-      where_[it.key()] = {opened[file], e};
-    }
-  }
-
-  std::string path_;
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::map<std::string, std::pair<SafetensorsFile*, const TensorEntry*>> where_;
+  SafetensorsSet set_;
 };
 
 }  // namespace

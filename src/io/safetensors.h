@@ -72,6 +72,30 @@ class SafetensorsFile {
   uint64_t data_start_ = 0;
 };
 
+// The tensors of one released weights location, by name: a safetensors file, a
+// `*.safetensors.index.json` ({"weight_map": {tensor: file}}, files relative to the index), or a
+// folder holding one of model.safetensors.index.json, model.safetensors,
+// diffusion_pytorch_model.safetensors.index.json, diffusion_pytorch_model.safetensors (the
+// Hugging Face and diffusers layouts, tried in that order). Throws naming the path.
+class SafetensorsSet {
+ public:
+  explicit SafetensorsSet(const std::string& path);
+  // The file or index actually opened (a folder's resolved file), for messages.
+  const std::string& path() const { return path_; }
+  struct Where {
+    const SafetensorsFile* file;
+    const TensorEntry* entry;
+  };
+  const std::map<std::string, Where>& tensors() const { return where_; }
+  const Where* find(const std::string& name) const;  // null when absent
+
+ private:
+  void open_index(const std::string& index_path);
+  std::string path_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, Where> where_;
+};
+
 // Initializes a model from a safetensors file, or from the files listed by a
 // `*.safetensors.index.json` (model.init_from): each rank reads only the byte ranges of its
 // shards. check() requires exactly the model's parameters with the same shapes (any float

@@ -144,34 +144,45 @@ void check_same_wildcards(const std::vector<std::string>& a, const std::vector<s
 
 NameMap& NameMap::rename(const std::string& ours, const std::string& theirs) {
   check_same_wildcards({ours}, {theirs});
-  rules_.push_back({Kind::Rename, {ours}, {theirs}, {}, {}, {}});
+  rules_.push_back({Kind::Rename, {ours}, {theirs}, {}, {}, {}, {}});
   return *this;
 }
 
 NameMap& NameMap::reshape(const std::string& ours, const std::string& theirs, ShapeFn to_theirs, ShapeFn to_ours) {
   check_same_wildcards({ours}, {theirs});
   if (!to_theirs || !to_ours) throw std::invalid_argument("name map: reshape '" + ours + "' needs both shape functions");
-  rules_.push_back({Kind::Rename, {ours}, {theirs}, std::move(to_theirs), std::move(to_ours), {}});
+  rules_.push_back({Kind::Rename, {ours}, {theirs}, std::move(to_theirs), std::move(to_ours), {}, {}});
   return *this;
 }
 
 NameMap& NameMap::concat(const std::string& ours, const std::vector<std::string>& theirs, RowsFn rows) {
   if (theirs.size() < 2) throw std::invalid_argument("name map: concat '" + ours + "' needs at least two pieces");
   check_same_wildcards({ours}, theirs);
-  rules_.push_back({Kind::Concat, {ours}, theirs, {}, {}, std::move(rows)});
+  rules_.push_back({Kind::Concat, {ours}, theirs, {}, {}, std::move(rows), {}});
   return *this;
 }
 
 NameMap& NameMap::split(const std::vector<std::string>& ours, const std::string& theirs, RowsFn rows) {
   if (ours.size() < 2) throw std::invalid_argument("name map: split '" + theirs + "' needs at least two pieces");
   check_same_wildcards(ours, {theirs});
-  rules_.push_back({Kind::Split, ours, {theirs}, {}, {}, std::move(rows)});
+  rules_.push_back({Kind::Split, ours, {theirs}, {}, {}, std::move(rows), {}});
   return *this;
 }
 
 NameMap& NameMap::swap_halves(const std::string& ours, const std::string& theirs) {
   check_same_wildcards({ours}, {theirs});
-  rules_.push_back({Kind::SwapHalves, {ours}, {theirs}, {}, {}, {}});
+  rules_.push_back({Kind::SwapHalves, {ours}, {theirs}, {}, {}, {}, {}});
+  return *this;
+}
+
+NameMap& NameMap::add(const Rule& rule) {
+  rules_.push_back(rule);
+  return *this;
+}
+
+NameMap& NameMap::ignore(const std::string& theirs, const std::string& why) {
+  if (why.empty()) throw std::invalid_argument("name map: ignore '" + theirs + "' needs its reason");
+  rules_.push_back({Kind::Ignore, {}, {theirs}, {}, {}, {}, why});
   return *this;
 }
 
@@ -215,6 +226,9 @@ std::string NameMap::their_name(const std::string& ours) const {
 
 std::string NameMap::our_name(const std::string& theirs) const {
   const Resolved r = resolve_theirs(theirs);
+  if (r.rule != nullptr && r.rule->kind == Kind::Ignore) {
+    throw std::invalid_argument("name map: '" + theirs + "' is not a tensor of ours (ignored: " + r.rule->why + ")");
+  }
   if (r.other.size() != 1 || !r.siblings.empty()) {
     throw std::invalid_argument("name map: '" + theirs + "' is part of a concatenated tensor; it has no single name on the other side");
   }
@@ -246,6 +260,7 @@ std::map<std::string, at::Tensor> convert(const NameMap& map, const std::map<std
       continue;
     }
     const NameMap::Rule& rule = *r.rule;
+    if (rule.kind == NameMap::Kind::Ignore) continue;  // their tensor that is not ours
     if (rule.kind == NameMap::Kind::Rename) {
       const ShapeFn& fn = from_ours ? rule.to_theirs : rule.to_ours;
       at::Tensor v = t;
@@ -324,7 +339,22 @@ namespace {
 
 class NameMappedSource : public ParamSource {
  public:
-  NameMappedSource(const std::string& path, NameMap map) : path_(path), map_(std::move(map)) { open(path); }
+  NameMappedSource(const std::string& path, NameMap map) : set_(path), path_(set_.path()), map_(std::move(map)) {
+    // Their tensors the map ignores, counted per rule (in the rules' order) for notes().
+    std::map<const NameMap::Rule*, int64_t> ignored;
+    for (const auto& [name, w] : set_.tensors()) {
+      const NameMap::Resolved r = map_.resolve_theirs(name);
+      if (r.rule != nullptr && r.rule->kind == NameMap::Kind::Ignore) ++ignored[r.rule];
+    }
+    for (const auto& rule : map_.rules()) {
+      const auto it = ignored.find(&rule);
+      if (it == ignored.end()) continue;
+      notes_.push_back(path_ + ": " + std::to_string(it->second) + " tensor" + (it->second == 1 ? "" : "s") + " '" +
+                       rule.theirs.at(0) + "' left unread (" + rule.why + ")");
+    }
+  }
+
+  std::vector<std::string> notes() const override { return notes_; }
 
   void check(const std::vector<ParamInfo>& params) override {
     std::map<std::string, std::vector<int64_t>> shapes;
@@ -332,15 +362,16 @@ class NameMappedSource : public ParamSource {
     std::set<std::string> used;
     plans_.clear();
     for (const auto& p : params) plans_[p.name] = plan(p, shapes, used);
-    for (const auto& [name, loc] : where_) {
+    for (const auto& [name, w] : set_.tensors()) {
       if (used.count(name)) continue;
       std::string ours;
       try {
         const NameMap::Resolved r = map_.resolve_theirs(name);
+        if (r.rule != nullptr && r.rule->kind == NameMap::Kind::Ignore) continue;  // counted in notes()
         ours = r.other.empty() ? "" : r.other[0];
       } catch (const std::exception&) {
       }
-      throw std::runtime_error(loc.first->path() + ": tensor '" + name + "' is not a parameter of this model" +
+      throw std::runtime_error(w.file->path() + ": tensor '" + name + "' is not a parameter of this model" +
                                (ours.empty() ? "" : " (through the name map it would be '" + ours + "')") +
                                " (wrong model config, or a file for another model)");
     }
@@ -369,21 +400,20 @@ class NameMappedSource : public ParamSource {
     int64_t their_begin, our_begin, length;
   };
 
-  const std::pair<const io::SafetensorsFile*, const io::TensorEntry*>& find(const std::string& theirs,
-                                                                            const ParamInfo& p) const {
-    const auto it = where_.find(theirs);
-    if (it == where_.end()) {
+  const io::SafetensorsSet::Where& find(const std::string& theirs, const ParamInfo& p) const {
+    const io::SafetensorsSet::Where* w = set_.find(theirs);
+    if (w == nullptr) {
+      const auto& all = set_.tensors();
       throw std::runtime_error(path_ + ": has no tensor '" + theirs + "' (our parameter '" + p.name + "', shape " +
-                               shape_str(p.shape) + ", through the name map); it holds " +
-                               std::to_string(where_.size()) + " tensors" +
-                               (where_.empty() ? "" : ", e.g. '" + where_.begin()->first + "'"));
+                               shape_str(p.shape) + ", through the name map); it holds " + std::to_string(all.size()) +
+                               " tensors" + (all.empty() ? "" : ", e.g. '" + all.begin()->first + "'"));
     }
-    const auto& e = *it->second.second;
+    const auto& e = *w->entry;
     if (e.dtype != at::kFloat && e.dtype != at::kBFloat16 && e.dtype != at::kHalf && e.dtype != at::kDouble) {
-      throw std::runtime_error(it->second.first->path() + ": tensor '" + theirs + "' has dtype " +
+      throw std::runtime_error(w->file->path() + ": tensor '" + theirs + "' has dtype " +
                                io::safetensors_dtype(e.dtype) + "; parameters load from F32, BF16, F16 or F64");
     }
-    return it->second;
+    return *w;
   }
 
   [[noreturn]] void shape_error(const ParamInfo& p, const std::string& theirs, const std::vector<int64_t>& have,
@@ -456,46 +486,10 @@ class NameMappedSource : public ParamSource {
     return segs;
   }
 
-  void open(const std::string& path) {
-    const std::string suffix = ".index.json";
-    if (path.size() <= suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) {
-      files_.push_back(std::make_unique<io::SafetensorsFile>(path));
-      for (const auto& e : files_[0]->entries()) where_[e.name] = {files_[0].get(), &e};
-      return;
-    }
-    std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot open safetensors index '" + path + "'");
-    nlohmann::json index;
-    try {
-      index = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(path + ": not valid JSON (" + e.what() + ")");
-    }
-    if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
-      throw std::runtime_error(path + ": no \"weight_map\" object");
-    }
-    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-    std::map<std::string, io::SafetensorsFile*> opened;
-    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) {
-      if (!it.value().is_string()) throw std::runtime_error(path + ": weight_map entry '" + it.key() + "' is not a file name");
-      const std::string file = it.value().get<std::string>();
-      if (!opened.count(file)) {
-        files_.push_back(std::make_unique<io::SafetensorsFile>((dir / file).string()));
-        opened[file] = files_.back().get();
-      }
-      const io::TensorEntry* e = opened[file]->find(it.key());
-      if (e == nullptr) {
-        throw std::runtime_error(path + ": maps tensor '" + it.key() + "' to " + opened[file]->path() +
-                                 ", which does not hold it");
-      }
-      where_[it.key()] = {opened[file], e};
-    }
-  }
-
+  io::SafetensorsSet set_;
   std::string path_;
   NameMap map_;
-  std::vector<std::unique_ptr<io::SafetensorsFile>> files_;
-  std::map<std::string, std::pair<const io::SafetensorsFile*, const io::TensorEntry*>> where_;
+  std::vector<std::string> notes_;
   std::map<std::string, std::vector<Segment>> plans_;
 };
 

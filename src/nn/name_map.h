@@ -17,7 +17,10 @@
 //   no `rows`: the file's and the model's shapes say where each piece lies.
 //   swap_halves(ours, theirs)            our tensor is theirs with its two dim-0 halves swapped
 //                                        (FLUX.1's final (shift, scale) vs diffusers' (scale, shift))
-// Every rule has its exact inverse: to_ours(to_theirs(x)) == x bitwise.
+//   ignore(theirs, why)                  their tensors the model does not have, left unread on
+//                                        purpose (Qwen2.5-VL's vision tower beside the text tower
+//                                        a pipeline runs); `why` says so wherever they are counted
+// Every rule but ignore has its exact inverse: to_ours(to_theirs(x)) == x bitwise.
 //
 // Patterns are full names where `*` matches one dot-free component ("blocks.*.attn1") and `**`
 // one or more components of any kind ("blocks.*.norm3.**" covers .weight and .bias); the
@@ -48,12 +51,13 @@ using RowsFn = std::function<std::vector<int64_t>(const std::vector<int64_t>&)>;
 
 class NameMap {
  public:
-  enum class Kind { Rename, Concat, Split, SwapHalves };
+  enum class Kind { Rename, Concat, Split, SwapHalves, Ignore };
   struct Rule {
     Kind kind = Kind::Rename;
-    std::vector<std::string> ours, theirs;  // patterns; several only on the fused side
+    std::vector<std::string> ours, theirs;  // patterns; several only on the fused side; ignore: none of ours
     ShapeFn to_theirs, to_ours;             // reshape rules only (empty: same shape)
     RowsFn rows;                            // concat / split (empty: equal pieces)
+    std::string why;                        // ignore rules only
   };
 
   NameMap& rename(const std::string& ours, const std::string& theirs);
@@ -61,11 +65,14 @@ class NameMap {
   NameMap& concat(const std::string& ours, const std::vector<std::string>& theirs, RowsFn rows = {});
   NameMap& split(const std::vector<std::string>& ours, const std::string& theirs, RowsFn rows = {});
   NameMap& swap_halves(const std::string& ours, const std::string& theirs);
+  NameMap& ignore(const std::string& theirs, const std::string& why);
+  // Appends a rule of another map (to combine a series' own rules with a shared map's).
+  NameMap& add(const Rule& rule);
   const std::vector<Rule>& rules() const { return rules_; }
 
   // Where a tensor of one side lies on the other side.
   struct Resolved {
-    const Rule* rule = nullptr;         // null: the same name and shape
+    const Rule* rule = nullptr;         // null: the same name and shape; an ignore rule: nowhere
     std::vector<std::string> other;     // its name on the other side, or the pieces it is cut
                                         // into / concatenated from there, in order
     std::vector<std::string> siblings;  // when it is one piece of a tensor fused on the other
@@ -82,6 +89,7 @@ class NameMap {
 
   // Whole-tensor conversion (export, tests). Throws naming the tensor when a piece of a
   // concat/split group is missing, a shape does not fit the rule, or two names collide.
+  // to_ours drops their ignored tensors.
   std::map<std::string, at::Tensor> to_theirs(const std::map<std::string, at::Tensor>& ours) const;
   std::map<std::string, at::Tensor> to_ours(const std::map<std::string, at::Tensor>& theirs) const;
 
@@ -93,8 +101,10 @@ class NameMap {
 // written under their names: each read touches only the element ranges of their tensors that
 // the requested range of our parameter comes from (for a split, the rows of our piece inside
 // the fused tensor; for a concat, the pieces the range overlaps). check() requires that every
-// parameter is found with a fitting shape and that the file holds nothing else; read() needs
-// check() first (a split piece's offset depends on its siblings' shapes).
+// parameter is found with a fitting shape and that the file holds nothing else but what the
+// map's ignore rules name (notes() counts those, per rule, with the rule's reason); read()
+// needs check() first (a split piece's offset depends on its siblings' shapes). `path`: what
+// io::SafetensorsSet opens (a file, an index, a folder).
 std::shared_ptr<ParamSource> name_mapped_param_source(const std::string& path, NameMap map);
 
 }  // namespace zeroshard::nn

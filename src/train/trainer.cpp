@@ -291,10 +291,11 @@ void Trainer::setup() {
                 std::to_string(s.task->adapted().size()) + " Linear layers (" + cfg.lora.targets +
                 "); every other parameter frozen");
   }
-  for (const std::string& note : s.task->notes()) {
+  auto announce = [&](const std::string& note) {
     s.log->line(note);
     if (s.rank == 0 && cfg.run.progress) std::printf("%s\n", note.c_str());
-  }
+  };
+  for (const std::string& note : s.task->notes()) announce(note);
   if (cfg.train.eval_every > 0 && !s.task->has_validation()) {
     throw std::invalid_argument("train.eval_every=" + std::to_string(cfg.train.eval_every) + ": model.series " +
                                 cfg.series + " holds out no validation data here (qwen3: set data.valid_fraction)");
@@ -321,6 +322,7 @@ void Trainer::setup() {
         nn::is_lora_parameter);
     s.log->line("LoRA adapters from the PEFT adapter " + cfg.lora.init_from);
   }
+  for (const std::string& note : shard.param_source->notes()) announce(note);
   s.sharded = fully_shard(s.task->module(), s.comm, shard);
   if (s.sharded->num_replicas() > 1) {
     s.log->line("hybrid sharding: " + std::to_string(s.sharded->num_replicas()) +

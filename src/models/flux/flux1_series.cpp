@@ -4,6 +4,7 @@
 #include "io/safetensors.h"
 #include "models/diffusion/cond_cache.h"
 #include "models/flux/flux1_name_map.h"
+#include "models/flux/kl_vae.h"
 #include "models/flux/sizes.h"
 #include "nn/name_map.h"
 #include "util/text.h"
@@ -172,18 +173,14 @@ at::Tensor PooledVectors::get(const std::string& prompt) const {
 
 namespace {
 
+// The tensor names of a released weights location (a file, an index, a folder).
 std::vector<std::string> tensor_names(const std::string& path, const std::string& key) {
   if (!std::filesystem::exists(path)) throw std::invalid_argument(key + ": file '" + path + "' does not exist");
   std::vector<std::string> names;
-  if (util::ends_with(path, ".index.json")) {
-    const nlohmann::json index = diffusion::read_json_file(path);
-    if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
-      throw std::runtime_error(key + ": " + path + ": no \"weight_map\" object");
-    }
-    for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) names.push_back(it.key());
-  } else {
-    const io::SafetensorsFile file(path);
-    for (const auto& e : file.entries()) names.push_back(e.name);
+  const io::SafetensorsSet set(path);
+  for (const auto& [name, where] : set.tensors()) {
+    (void)where;
+    names.push_back(name);
   }
   return names;
 }
@@ -238,6 +235,10 @@ Series flux1_series() {
   // text_encoder_2 (transformers' T5EncoderModel names).
   spec.text_encoder_source = [](const train::TrainConfig&, const std::string& path) {
     return flux1_text_encoder_source(path);
+  };
+  // ae.safetensors (BFL's names, the VAE's own) or the diffusers vae/ folder.
+  spec.vae_source = [](const train::TrainConfig& cfg, const std::string& path) {
+    return kl_vae_file_source(path, cfg.series_config<Flux1SeriesConfig>().vae_config().kl());
   };
   spec.training_schedule = [](const train::TrainConfig& cfg, int64_t, int64_t) {
     return flux1_schedule(1000, cfg.series_config<Flux1SeriesConfig>().io.shift, /*training=*/true);

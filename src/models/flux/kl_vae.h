@@ -26,7 +26,9 @@
 // The levels and the mids are HookableModules (the sharding units).
 #pragma once
 
+#include "nn/name_map.h"
 #include "zeroshard/nn/hookable.h"
+#include "zeroshard/param_source.h"
 
 #include <torch/torch.h>
 
@@ -154,5 +156,24 @@ TORCH_MODULE(KlDecoder);
 
 int64_t kl_encoder_param_count(const KlVaeConfig& c);
 int64_t kl_decoder_param_count(const KlVaeConfig& c);
+
+// kl_vae_names.cpp: the two layouts of one KL VAE's weights (encoder.* / decoder.* at the root,
+// as the FLUX.1, Z-Image and FLUX.2 pipelines hold them). The map's "ours" is c.naming, "theirs"
+// the other layout: Bfl encoder.down.N.block.M <-> Diffusers encoder.down_blocks.N.resnets.M,
+// nin_shortcut <-> conv_shortcut, downsample.conv <-> downsamplers.0.conv, mid.block_1 / attn_1 /
+// block_2 <-> mid_block.resnets.0 / attentions.0 / resnets.1, attention norm <-> group_norm and
+// q / k / v / proj_out [C, C, 1, 1] <-> to_q / to_k / to_v / to_out.0 [C, C], norm_out <->
+// conv_norm_out, and decoder.up.N (by level) <-> decoder.up_blocks.{L-1-N} (by run order).
+// Every other name (conv_in, conv_out, quant convs) is the same in both.
+nn::NameMap kl_vae_name_map(const KlVaeConfig& c);
+// Which layout a weights file (io::SafetensorsSet path) is in: Diffusers when it holds
+// {encoder,decoder}.conv_norm_out.*, Bfl when it holds {encoder,decoder}.norm_out.*; throws
+// naming the file when neither.
+VaeNaming kl_vae_file_naming(const std::string& path);
+// A VAE's weights from a file in either layout (kl_vae_name_map when it is not c.naming's; a
+// torch.save file is read as ours),
+// `extra` adding the series' own rules (FLUX.2: its BatchNorm's update counter left unread).
+std::shared_ptr<ParamSource> kl_vae_file_source(const std::string& path, const KlVaeConfig& c,
+                                                const nn::NameMap& extra = {});
 
 }  // namespace zeroshard::models::flux

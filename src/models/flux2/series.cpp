@@ -3,7 +3,10 @@
 #include "models/flux2/series.h"
 
 #include "io/torch_pth.h"
+#include "models/flux/kl_vae.h"
 #include "models/flux2/sizes.h"
+#include "models/qwen3/model.h"
+#include "nn/name_map.h"
 #include "util/text.h"
 
 #include <cmath>
@@ -219,6 +222,16 @@ Series flux2_series() {
   // FLUX.2's training schedule (mu fixed, as DiffSynth trains: not the image size's).
   spec.training_schedule = [](const train::TrainConfig& cfg, int64_t, int64_t) {
     return flux2_training_schedule(cfg.series_config<Flux2SeriesConfig>().io.shift);
+  };
+  // The released text_encoder/ (Qwen3; its lm_head left unread) and vae/ (diffusers'
+  // AutoencoderKLFlux2 names, the VAE's own; BFL's layout of the autoencoder through the KL map).
+  spec.text_encoder_source = [](const train::TrainConfig&, const std::string& path) {
+    return qwen3::text_tower_source(path);
+  };
+  spec.vae_source = [](const train::TrainConfig& cfg, const std::string& path) {
+    nn::NameMap own;
+    own.ignore("bn.num_batches_tracked", "BatchNorm's update counter: the running statistics stay frozen");
+    return flux::kl_vae_file_source(path, cfg.series_config<Flux2SeriesConfig>().vae_config().kl, own);
   };
   // The released transformer files use Flux2DiT's names as they are (no name map).
   // reference_kinds: the flux2 kinds are listed once in series_list.cpp's reference table.

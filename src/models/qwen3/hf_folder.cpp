@@ -26,41 +26,9 @@ constexpr const char* kHead = "lm_head.weight";
 
 class HfFolderSource : public ParamSource {
  public:
-  HfFolderSource(const std::string& dir, bool tied) : dir_(dir), tied_(tied) {
-    const fs::path index = fs::path(dir) / "model.safetensors.index.json", single = fs::path(dir) / "model.safetensors";
-    if (fs::exists(index)) {
-      index_path_ = index.string();
-      nlohmann::json j;
-      try {
-        std::ifstream in(index);
-        j = nlohmann::json::parse(in);
-      } catch (const std::exception& e) {
-        throw std::runtime_error(index_path_ + ": not valid JSON (" + e.what() + ")");
-      }
-      if (!j.contains("weight_map") || !j["weight_map"].is_object()) {
-        throw std::runtime_error(index_path_ + ": no \"weight_map\" object");
-      }
-      std::map<std::string, io::SafetensorsFile*> opened;
-      for (const auto& [name, file] : j["weight_map"].items()) {
-        if (!file.is_string()) throw std::runtime_error(index_path_ + ": weight_map['" + name + "'] is not a file name");
-        const std::string f = file.get<std::string>();
-        if (!opened.count(f)) {
-          files_.push_back(std::make_unique<io::SafetensorsFile>((fs::path(dir) / f).string()));
-          opened[f] = files_.back().get();
-        }
-        const io::TensorEntry* e = opened[f]->find(name);
-        if (e == nullptr) {
-          throw std::runtime_error(index_path_ + ": maps '" + name + "' to " + opened[f]->path() + ", which does not hold it");
-        }
-        where_[name] = {opened[f], e};
-      }
-    } else if (fs::exists(single)) {
-      index_path_ = single.string();
-      files_.push_back(std::make_unique<io::SafetensorsFile>(single.string()));
-      for (const auto& e : files_[0]->entries()) where_[e.name] = {files_[0].get(), &e};
-    } else {
-      throw std::runtime_error("model.from_hf: " + dir + " has neither model.safetensors nor model.safetensors.index.json");
-    }
+  // The folder's model.safetensors.index.json or model.safetensors (io::SafetensorsSet).
+  HfFolderSource(const std::string& dir, bool tied) : dir_(dir), tied_(tied), set_(checked_folder(dir)) {
+    for (const auto& [name, w] : set_.tensors()) where_[name] = {w.file, w.entry};
   }
 
   void check(const std::vector<ParamInfo>& params) override {
@@ -69,7 +37,7 @@ class HfFolderSource : public ParamSource {
       const std::string stored = stored_name(p.name);
       auto it = where_.find(stored);
       if (it == where_.end()) {
-        throw std::runtime_error(index_path_ + ": has no tensor '" + p.name + "' (shape " + io::shape_text(p.shape) +
+        throw std::runtime_error(set_.path() + ": has no tensor '" + p.name + "' (shape " + io::shape_text(p.shape) +
                                  (p.name == kEmbed && tied_ ? ", nor lm_head.weight (tied)" : "") +
                                  "): the folder does not hold this model's weights");
       }
@@ -115,11 +83,18 @@ class HfFolderSource : public ParamSource {
     return name;
   }
 
-  std::string dir_, index_path_;
+  static std::string checked_folder(const std::string& dir) {
+    if (!fs::exists(fs::path(dir) / "model.safetensors.index.json") && !fs::exists(fs::path(dir) / "model.safetensors")) {
+      throw std::runtime_error("model.from_hf: " + dir + " has neither model.safetensors nor model.safetensors.index.json");
+    }
+    return dir;
+  }
+
+  std::string dir_;
   bool tied_;
   bool check_tied_copy_ = false;
-  std::vector<std::unique_ptr<io::SafetensorsFile>> files_;
-  std::map<std::string, std::pair<io::SafetensorsFile*, const io::TensorEntry*>> where_;
+  io::SafetensorsSet set_;
+  std::map<std::string, std::pair<const io::SafetensorsFile*, const io::TensorEntry*>> where_;
 };
 
 nlohmann::json read_json(const fs::path& p) {

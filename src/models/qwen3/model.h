@@ -23,10 +23,12 @@
 #include "nn/layers.h"
 #include "nn/rope.h"
 #include "zeroshard/nn/hookable.h"
+#include "zeroshard/param_source.h"
 
 #include <torch/torch.h>
 
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -191,5 +193,14 @@ class QwenForCausalLMImpl : public nn::HookableModule {
   bool has_lm_head_;
 };
 TORCH_MODULE(QwenForCausalLM);
+
+// text_tower.cpp: the weights of a released Qwen causal LM used as a pipeline's text tower
+// (QwenForCausalLM with lm_head = false, names "model.*"): Qwen-Image's text_encoder/ (Qwen2.5-VL:
+// its vision tower "visual.*" beside the language model, or "model.visual.*" and
+// "model.language_model.*" as transformers >= 4.52 saves it), Z-Image's and FLUX.2 klein's
+// text_encoder/ (Qwen3). The output head (lm_head.weight) and the vision tower are left unread,
+// counted in the source's notes(); any other tensor the tower lacks is refused. `path`: a file,
+// an index or a folder (io::SafetensorsSet).
+std::shared_ptr<ParamSource> text_tower_source(const std::string& path);
 
 }  // namespace zeroshard::models::qwen3

@@ -6,6 +6,7 @@
 #include "nn/name_map.h"
 #include "util/text.h"
 #include "models/qwen_image/schedule.h"
+#include "models/qwen3/model.h"
 #include "models/wan/series.h"
 
 #include <utility>
@@ -48,16 +49,16 @@ Series qwen_image_series() {
   // qwen_image.vae_from: Qwen-Image's vae/ safetensors (diffusers' AutoencoderKLQwenImage names,
   // told apart by its quant_conv) through wan's diffusers name map, else Wan2.1_VAE.pth (ours).
   spec.vae_source = [](const train::TrainConfig& cfg, const std::string& path) -> std::shared_ptr<ParamSource> {
-    if (util::ends_with(path, ".safetensors")) {
-      const io::SafetensorsFile file(path);
-      for (const auto& e : file.entries()) {
-        if (e.name == "quant_conv.weight") {
-          return nn::name_mapped_param_source(
-              path, wan::vae_diffusers_name_map(cfg.series_config<QwenImageSeriesConfig>().vae_config()));
-        }
-      }
-    }
-    return io::checkpoint_param_source(path);
+    if (io::is_torch_save_file(path)) return io::checkpoint_param_source(path);  // Wan2.1_VAE.pth
+    const bool diffusers = io::SafetensorsSet(path).find("quant_conv.weight") != nullptr;
+    return nn::name_mapped_param_source(
+        path, diffusers ? wan::vae_diffusers_name_map(cfg.series_config<QwenImageSeriesConfig>().vae_config())
+                        : nn::NameMap());
+  };
+  // qwen_image.text_encoder_from: the released text_encoder/ (Qwen2.5-VL-7B: its vision tower and
+  // lm_head left unread).
+  spec.text_encoder_source = [](const train::TrainConfig&, const std::string& path) {
+    return qwen3::text_tower_source(path);
   };
   // DiffSynth's "Qwen-Image" training schedule (schedule.h), the same for every image size (mu 0.8,
   // no dynamic shift in training).

@@ -4,6 +4,8 @@
 
 #include "io/torch_pth.h"
 #include "models/diffusion/image_series.h"
+#include "models/flux/kl_vae.h"
+#include "models/qwen3/model.h"
 #include "train/config.h"
 
 namespace zeroshard::models::z_image {
@@ -31,6 +33,14 @@ Series z_image_series() {
   s.build = [](const train::TrainConfig& cfg, bool with_dit,
                bool with_towers) -> std::shared_ptr<diffusion::ImagePipelineImpl> {
     return std::make_shared<ZImagePipelineImpl>(cfg.series_config<ZImageSeriesConfig>(), with_dit, with_towers);
+  };
+  // The released text_encoder/ (Qwen3-4B; its lm_head left unread) and vae/ (FLUX.1's VAE in
+  // diffusers' names) or BFL's ae.safetensors.
+  s.text_encoder_source = [](const train::TrainConfig&, const std::string& path) {
+    return qwen3::text_tower_source(path);
+  };
+  s.vae_source = [](const train::TrainConfig& cfg, const std::string& path) {
+    return flux::kl_vae_file_source(path, cfg.series_config<ZImageSeriesConfig>().vae_config().kl());
   };
   return diffusion::make_image_series(std::move(s));
 }

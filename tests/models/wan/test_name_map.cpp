@@ -183,6 +183,58 @@ TEST(NameMap, ErrorsNameTheTensor) {
   fs::remove_all(dir);
 }
 
+TEST(NameMap, IgnoredTensorsAreCountedInTheNotesAndNothingElseSlipsThrough) {
+  nn::NameMap map = example_map();
+  map.ignore("vision.**", "a tower this model does not run");
+  map.ignore("head.weight", "the output head");
+  const auto ours = example_ours();
+  auto theirs = map.to_theirs(ours);
+  theirs["vision.blocks.0.w"] = at::randn({3});
+  theirs["vision.blocks.1.w"] = at::randn({3});
+  theirs["head.weight"] = at::randn({2, 2});
+  // Whole-tensor conversion drops them; their names have no counterpart of ours.
+  const auto back = map.to_ours(theirs);
+  ASSERT_EQ(back.size(), ours.size());
+  for (const auto& [k, v] : ours) EXPECT_TRUE(back.at(k).equal(v)) << k;
+  try {
+    map.our_name("vision.blocks.0.w");
+    FAIL() << "an ignored tensor got one of our names";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("a tower this model does not run"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(nn::NameMap().ignore("x.**", ""), std::invalid_argument);  // a reason is required
+
+  const std::string dir = temp_dir("ignore");
+  write_file(dir + "/theirs.safetensors", theirs);
+  auto source = nn::name_mapped_param_source(dir + "/theirs.safetensors", map);
+  source->check(infos_of(ours));
+  expect_reads_match(*source, ours, 3);
+  const std::vector<std::string> notes = source->notes();
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_EQ(notes[0], dir + "/theirs.safetensors: 2 tensors 'vision.**' left unread (a tower this model does not run)");
+  EXPECT_EQ(notes[1], dir + "/theirs.safetensors: 1 tensor 'head.weight' left unread (the output head)");
+  // Anything the rules do not name is still refused, naming it.
+  theirs["visionary.w"] = at::zeros({1});
+  write_file(dir + "/theirs.safetensors", theirs);
+  auto stray = nn::name_mapped_param_source(dir + "/theirs.safetensors", map);
+  try {
+    stray->check(infos_of(ours));
+    FAIL() << "a tensor no rule names was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'visionary.w' is not a parameter of this model"), std::string::npos) << e.what();
+  }
+  // A folder resolves to the weights file inside it (io::SafetensorsSet).
+  theirs.erase("visionary.w");
+  fs::create_directories(dir + "/folder");
+  write_file(dir + "/folder/diffusion_pytorch_model.safetensors", theirs);
+  auto folder = nn::name_mapped_param_source(dir + "/folder", map);
+  folder->check(infos_of(ours));
+  expect_reads_match(*folder, ours, 2);
+  EXPECT_EQ(folder->notes().at(0).rfind(dir + "/folder/diffusion_pytorch_model.safetensors: 2 tensors", 0), 0u);
+  EXPECT_THROW(nn::name_mapped_param_source(dir, map), std::runtime_error);  // no weights file in it
+  fs::remove_all(dir);
+}
+
 TEST(WanNameMap, OriginalToDiffusersRoundTripsAndLoadsIdentically) {
   const std::string dir = std::string(ZS_SOURCE_DIR) + "/tests/fixtures/wan21_dit_t2v";
   std::ifstream cfg(dir + "/config.json");
