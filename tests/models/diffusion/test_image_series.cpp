@@ -15,7 +15,9 @@
 // pooled-vector file). What one series alone has (its prompt template, schedules, released-file
 // layouts, refusals, buckets, towers' sizes) is in that series' own test file.
 //
-// Test names: Series/ImageSeries.<check>/<series>, e.g. `ctest -R 'ImageSeries.*/flux2$'`.
+// Test names: Shared/ImageSeries.<check>/<the series' own test suite>, e.g.
+// Shared/ImageSeries.ResumeFromAMidRunCheckpointIsExact/Flux2Series, so that `ctest -R Flux2Series`
+// (README, docs/benchmarks.md) runs the series' own checks and its row's alike.
 #include "io/image_codec.h"
 #include "models/flux/flux1_series.h"
 #include "models/flux/flux1_test_data.h"
@@ -63,7 +65,8 @@ struct PublishedSize {
 };
 
 struct ImageSeriesRow {
-  std::string name;            // model.series: the keys' prefix, the configs' folder, the test name's suffix
+  std::string name;            // model.series: the keys' prefix, the configs' folder
+  std::string suite;           // the series' own test suite (e.g. Flux2Series): the test names' suffix
   std::string (*text_args)();  // --set arguments naming the row's text inputs (tokenizer, ...)
   // LoRA parity: the config and the --set arguments of the LoRA runs, and the number of Linear
   // layers of base.yaml's DiT the adapters go on (rank0.log's report).
@@ -83,7 +86,7 @@ const std::vector<ImageSeriesRow>& rows() {
       // refiner, 2 main). Falling loss seen here: ~1.26 over the first 10 steps, ~0.87 over the
       // last 10 (and ~0.81 after 150). Size: Tongyi-MAI/Z-Image-Turbo, 6,154,908,736 DiT
       // parameters (test_z_image_sizes.cpp).
-      {"z_image", [] { return " --set z_image.tokenizer=" + kQwen3Tokenizer; },
+      {"z_image", "ZImageSeries", [] { return " --set z_image.tokenizer=" + kQwen3Tokenizer; },
        "base.yaml", " --set lora.rank=4 --set lora.alpha=4 --set lora.targets=to_q,to_k,to_v,to_out.0,w1,w2,w3", 28,
        "", "guidance 5",
        &dit_params<models::z_image::ZImagePipeline, models::z_image::ZImageSeriesConfig>,
@@ -95,7 +98,7 @@ const std::vector<ImageSeriesRow>& rows() {
       // 46-55, ~0.92 over the last 10 (small.yaml, 200 steps: ~1.10 over the first 20, ~0.08 over
       // the last 20). Sizes: black-forest-labs FLUX.1-dev / FLUX.1-schnell flux1-*.safetensors
       // (test_flux_sizes.cpp).
-      {"flux1", &flux1_text_args,
+      {"flux1", "Flux1Series", &flux1_text_args,
        "base.yaml",
        " --set lora.rank=4 --set lora.alpha=4 --set lora.targets="
        "qkv,proj,img_mlp.0,img_mlp.2,txt_mlp.0,txt_mlp.2,lin,linear1,linear2",
@@ -107,7 +110,7 @@ const std::vector<ImageSeriesRow>& rows() {
       // each of 2 single blocks. Falling loss seen here: 1.32 over the first 10 steps, 0.79 over
       // steps 46-55, 0.68 over the last 10. Sizes: the released transformer files' element counts
       // (test_flux2_sizes.cpp).
-      {"flux2", [] { return " --set flux2.tokenizer=" + kQwen3Tokenizer; },
+      {"flux2", "Flux2Series", [] { return " --set flux2.tokenizer=" + kQwen3Tokenizer; },
        "lora.yaml", "", 28,
        "", "guidance 4",
        &dit_params<models::flux2::Flux2Pipeline, models::flux2::Flux2SeriesConfig>,
@@ -116,7 +119,7 @@ const std::vector<ImageSeriesRow>& rows() {
       // here: 1.47 over the first 10 steps, 0.94 over steps 46-55, 0.87 over the last 10. Size:
       // Qwen/Qwen-Image, 20,430,401,088 DiT parameters (test_qwen_image_sizes.cpp: the bf16 byte
       // count of the released transformer / 2).
-      {"qwen_image", [] { return " --set qwen_image.tokenizer=" + kQwen3Tokenizer; },
+      {"qwen_image", "QwenImageSeries", [] { return " --set qwen_image.tokenizer=" + kQwen3Tokenizer; },
        "lora.yaml", "", 24,
        "", "guidance 4",
        &dit_params<models::qwen_image::QwenImagePipeline, models::qwen_image::QwenImageSeriesConfig>,
@@ -230,7 +233,7 @@ TEST_P(ImageSeries, TheSizeConfigsHoldThePublishedParameterCounts) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Series, ImageSeries, ::testing::ValuesIn(rows()),
-                         [](const ::testing::TestParamInfo<ImageSeriesRow>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Shared, ImageSeries, ::testing::ValuesIn(rows()),
+                         [](const ::testing::TestParamInfo<ImageSeriesRow>& info) { return info.param.suite; });
 
 }  // namespace
