@@ -1,31 +1,28 @@
-// The flux1 series (FLUX.1 dev / schnell as released) through the real binary on a DiffSynth image
-// folder the test makes (Debian's ffmpeg: png and jpg images of different sizes, resized and
-// centre-cropped to 32 x 32), a tiny SentencePiece model (Debian's spm_train) and a pooled-vector
-// file (one [768] tensor per prompt, as a user writes it with the released CLIP): the four
-// strategies bitwise identical at W = 3 with accumulation (full and LoRA training, towers in the
-// loop), exact resume, `zeroshard prepare` + training from the cache equal to the towers-in-the-loop
-// run, sampling to PNG, falling loss on the images, a missing pooled vector named, the DiT from a
-// released file in either layout, and the published sizes of dev.yaml and schnell.yaml.
-#include "io/image_codec.h"
+// What the flux1 series (FLUX.1 dev / schnell as released) alone is checked for, with a tiny
+// SentencePiece model and a pooled-vector file (flux1_test_data.h): the T5 prompt padding, the
+// 2x2 packing, ids and schedule against DiffSynth's, a prompt missing from the pooled file named,
+// the DiT from a released file in either layout and the T5 text encoder from its released names.
+// The checks every image series shares (strategy parity, resume, prepare + sampling, falling loss,
+// the published sizes of dev.yaml and schnell.yaml) are its row in
+// tests/models/diffusion/test_image_series.cpp.
 #include "io/safetensors.h"
 #include "models/flux/flux1_name_map.h"
 #include "models/flux/flux1_series.h"
+#include "models/flux/flux1_test_data.h"
 #include "nn/init.h"
 #include "support/spawn.h"
 #include "support/train_run.h"
 #include "train/config.h"
-#include "zeroshard/nn/deferred.h"
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 using namespace zeroshard;
 using namespace zeroshard::testing;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -34,67 +31,22 @@ const std::string kConfigs = std::string(ZS_SOURCE_DIR) + "/configs/flux1/";
 // The prompts of the image folder (make_captioned_images).
 const std::vector<std::string>& kPrompts = kCaptionedImagePrompts;
 
-// Writes one [768] vector per prompt, each tensor named by its prompt (what docs/flux1.md's
-// recipe writes from CLIP-L's pooler_output); the values differ per prompt.
-void write_pooled(const std::string& path, const std::vector<std::string>& prompts) {
-  std::vector<io::TensorEntry> entries;
-  for (const auto& p : prompts) {
-    io::TensorEntry e;
-    e.name = p;
-    e.dtype = at::kBFloat16;  // the released CLIP runs in bf16 in DiffSynth: any float dtype is read
-    e.shape = {768};
-    entries.push_back(e);
-  }
-  io::SafetensorsWriter w(path, entries);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    w.write(prompts[i], at::sin(at::arange(768, at::kFloat) * (0.01 * static_cast<double>(i + 1))));
-  }
-  w.finish();
+// Four images (three png, one jpg; 40x36 to 64x48) and their metadata.csv.
+const std::string& folder() {
+  static const std::string dir = make_captioned_images("flux1_series_images");
+  return dir;
 }
 
-struct Data {
-  std::string dir, images, spm, pooled;
-};
-
-// Four images (three png, one jpg; 40x36 to 64x48), their metadata.csv, a tiny SentencePiece
-// model and the pooled vectors of the four prompts and of the empty prompt.
-const Data& data() {
-  static Data d = [] {
-    Data d;
-    d.dir = make_temp_dir("flux1_series");
-    d.images = make_captioned_images("flux1_series_images");
-    d.spm = train_tiny_spm(d.dir, {"a", "test", "card", "with", "clock", "red", "green", "and", "blue", "bars",
-                                   "fractal", "black", "colour", "for", "television", "cat", "dog", "the"});
-    d.pooled = d.dir + "/pooled.safetensors";
-    std::vector<std::string> all = kPrompts;
-    all.push_back("");  // the negative prompt
-    write_pooled(d.pooled, all);
-    return d;
-  }();
-  return d;
-}
-
-std::string towers_args(const std::string& config = "base.yaml") {
-  return "--config " + kConfigs + config + " --set flux1.dataset=" + data().images + " --set flux1.tokenizer=" +
-         data().spm + " --set flux1.pooled_file=" + data().pooled +
+std::string towers_args() {
+  return "--config " + kConfigs + "base.yaml --set flux1.dataset=" + folder() + flux1_text_args() +
          " --set run.progress=false --set parallel.comm_timeout_s=120";
-}
-
-int64_t dit_params(const std::string& config) {
-  const train::TrainConfig cfg = train::load_config(kConfigs + config, {"flux1.cache=unused"});
-  nn::DeferredInit deferred;
-  models::flux::Flux1Pipeline p(cfg.series_config<models::flux::Flux1SeriesConfig>(), /*with_dit=*/true,
-                                /*with_towers=*/false);
-  int64_t n = 0;
-  for (const auto& t : p->parameters()) n += t.numel();
-  return n;
 }
 
 }  // namespace
 
 TEST(Flux1Series, ThePromptIsPaddedToTextLenAsFluxTokenizesIt) {
   // T5TokenizerFast(padding="max_length", max_length=L, truncation=True): ids, </s>, <pad>...
-  const auto tok = text::SentencePieceTokenizer::from_file(data().spm);
+  const auto tok = text::SentencePieceTokenizer::from_file(flux1_text_inputs().spm);
   const std::vector<int32_t> text = tok.encode("a red cat");
   const at::Tensor ids = models::flux::flux1_prompt_ids(tok, "a red cat", 16);
   ASSERT_EQ(ids.sizes(), (at::IntArrayRef{1, 16}));
@@ -156,65 +108,9 @@ TEST(Flux1Series, PackingScheduleAndIdsFollowDiffSynth) {
   }
 }
 
-TEST(Flux1Series, FourStrategiesAgreeBitwiseForFullAndLoraTrainingAtThreeRanks) {
-  ParityOptions o;
-  o.small_model = false;
-  o.final_shards = true;
-  const std::string common = towers_args() +
-                             " --set train.steps=3 --set train.micro_batch_size=1 --set train.grad_accum=2"
-                             " --set train.warmup_steps=1";
-  expect_identical_strategies(common, 3, 3, "flux1_full", o);
-  const auto lora = expect_identical_strategies(common + " --set lora.rank=4 --set lora.alpha=4 --set lora.targets=" +
-                                                    "qkv,proj,img_mlp.0,img_mlp.2,txt_mlp.0,txt_mlp.2,lin,linear1,linear2",
-                                                3, 3, "flux1_lora", o);
-  ASSERT_FALSE(lora.empty());
-  // 10 Linear layers in the double block (qkv, proj, 2 MLP, mod of each stream), 3 in each of
-  // the 2 single blocks (linear1, linear2, modulation.lin).
-  const std::string log = read_text(lora[0].dir + "/rank0.log");
-  EXPECT_NE(log.find("LoRA: rank 4 adapters on 16 Linear layers"), std::string::npos) << log;
-}
-
-TEST(Flux1Series, ResumeFromAMidRunCheckpointIsExact) {
-  expect_exact_resume(towers_args(), "flux1_resume");
-}
-
-TEST(Flux1Series, APreparedCacheTrainsAsTheTowersInTheLoopAndSamplingWritesAPng) {
-  const std::string cache = make_temp_dir("flux1_cache") + "/cache";
-  std::string out;
-  const std::string prepare =
-      std::string(ZS_BINARY) + " prepare --nproc 2 " + towers_args() + " --set flux1.cache=" + cache;
-  ASSERT_EQ(run_command(prepare, &out), 0) << out;
-  EXPECT_NE(out.find("cached 4 of 4 items"), std::string::npos) << out;
-  ASSERT_TRUE(fs::exists(cache + "/index.json"));
-
-  const std::string steps = " --set train.steps=3 --set train.grad_accum=2";
-  TrainRun towers = train_series(towers_args() + steps, 2, "flux1_towers");
-  ASSERT_EQ(towers.exit_code, 0) << towers.output;
-  // The run's config keeps the tokenizer and the pooled file for sampling; training reads neither
-  // (nor builds the towers). true_cfg_scale only changes the sampler.
-  TrainRun cached = train_series(towers_args() + steps + " --set flux1.cache=" + cache + " --set flux1.true_cfg_scale=2",
-                                 2, "flux1_cached");
-  ASSERT_EQ(cached.exit_code, 0) << cached.output;
-  // The same tensors reach the DiT (the towers ran one sample at a time both ways): bitwise.
-  EXPECT_EQ(loss_texts(towers), loss_texts(cached));
-
-  // Sampling the cache-trained run (towers seeded as prepare seeded them): 3 Euler steps with the
-  // embedded guidance and true CFG (the negative prompt "" is in the pooled file), two 32x32
-  // images side by side with a 2-pixel gap.
-  const std::string png = cached.dir + "/two.png";
-  ASSERT_EQ(run_command(std::string(ZS_BINARY) + " sample " + cached.dir + " --nproc 2 --clips 2 --steps 3 --out " + png,
-                        &out),
-            0)
-      << out;
-  ASSERT_TRUE(fs::exists(png)) << out;
-  const io::RgbImage img = io::decode_image_file(png).image;
-  EXPECT_EQ(img.width, 66);
-  EXPECT_EQ(img.height, 32);
-}
-
 TEST(Flux1Series, APromptMissingFromThePooledFileIsNamed) {
   const std::string pooled = make_temp_dir("flux1_pooled") + "/three.safetensors";
-  write_pooled(pooled, {kPrompts[0], kPrompts[1], kPrompts[3]});
+  write_flux1_pooled(pooled, {kPrompts[0], kPrompts[1], kPrompts[3]});
   TrainRun r = train_series(towers_args() + " --set train.steps=2 --set flux1.pooled_file=" + pooled, 1,
                             "flux1_missing_pooled");
   EXPECT_NE(r.exit_code, 0);
@@ -298,26 +194,4 @@ TEST(Flux1Series, TheTextEncoderSourceReadsTheReleasedT5Names) {
     source->read(info, 0, info.numel, out);
     EXPECT_TRUE(at::equal(out, ours.at(info.name).reshape({-1}))) << info.name;
   }
-}
-
-TEST(Flux1Series, AFolderOfImagesTrainsWithFallingLoss) {
-  // Plain MSE (no timestep weights) so that losses compare across steps; 100 steps over the 4
-  // images, towers in the loop. Seen here (base.yaml): ~1.27 over the first 10 steps, ~0.96 over
-  // steps 46-55, ~0.92 over the last 10 (small.yaml, 200 steps: ~1.10 over the first 20, ~0.08 over
-  // the last 20).
-  TrainRun r = train_series(towers_args() + " --set train.steps=100 --set flux1.timestep_weighting=false"
-                                            " --set train.log_every=100",
-                            2, "flux1_falling");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  ASSERT_EQ(r.metrics.size(), 100u);
-  const double first = mean_loss(r, 0, 10), middle = mean_loss(r, 45, 10), last = mean_loss(r, 90, 10);
-  EXPECT_LT(middle, first) << "steps 1-10 " << first << ", 46-55 " << middle;
-  EXPECT_LT(last, 0.8 * first) << "steps 1-10 " << first << ", 91-100 " << last;
-}
-
-TEST(Flux1Series, TheSizeConfigsHoldThePublishedParameterCounts) {
-  // black-forest-labs FLUX.1-dev / FLUX.1-schnell flux1-*.safetensors (test_flux_sizes.cpp),
-  // counted on the series' pipeline built from the configs without bytes.
-  EXPECT_EQ(dit_params("dev.yaml"), 11901408320LL);
-  EXPECT_EQ(dit_params("schnell.yaml"), 11891178560LL);
 }
