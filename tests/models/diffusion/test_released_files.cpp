@@ -8,6 +8,7 @@
 // tensor group it leaves unread; a tensor no rule names is refused, naming it.
 #include "io/safetensors.h"
 #include "models/flux/flux1_series.h"
+#include "models/flux/flux1_test_data.h"
 #include "models/flux/kl_vae.h"
 #include "models/qwen_image/series.h"
 #include "models/t5/t5.h"
@@ -84,6 +85,7 @@ struct Row {
   std::vector<TowerFile> files;
 };
 
+// extra may set the tokenizer again (flux1_text_args): the later --set wins.
 std::string image_args(const std::string& series, const std::string& tokenizer, const std::string& extra = "") {
   static const std::string images = make_captioned_images("released_files");
   return "--config " + kSource + "/configs/" + series + "/base.yaml --set " + series + ".dataset=" + images + " --set " +
@@ -133,22 +135,7 @@ const std::vector<Row>& rows() {
     std::vector<Row> r;
     r.push_back({"z_image", [] { return image_args("z_image", kQwenTokenizer); },
                  {flux1_vae_diffusers_folder(), qwen3_text_encoder()}});
-    r.push_back({"flux1",
-                 [] {
-                   static const std::string dir = make_temp_dir("released_files_flux1");
-                   static const std::string spm =
-                       train_tiny_spm(dir, {"a", "test", "card", "with", "clock", "red", "green", "and", "blue", "bars",
-                                            "fractal", "black", "colour", "for", "television", "cat", "dog", "the"});
-                   // CLIP-L pooled vectors, one per prompt (flux1.pooled_file).
-                   std::vector<std::string> prompts = kCaptionedImagePrompts;
-                   prompts.push_back("");
-                   Tensors pooled;
-                   for (size_t i = 0; i < prompts.size(); ++i) {
-                     pooled[prompts[i]] = at::cos(at::arange(768, at::kFloat) * (0.02 * static_cast<double>(i + 1)));
-                   }
-                   write_file(dir + "/pooled.safetensors", pooled);
-                   return image_args("flux1", spm, " --set flux1.pooled_file=" + dir + "/pooled.safetensors");
-                 },
+    r.push_back({"flux1", [] { return image_args("flux1", flux1_text_inputs().spm, flux1_text_args()); },
                  {flux1_vae_diffusers_folder(),
                   {"text_encoder_from",
                    [](const std::string& init, const std::string& dir, double scale) {
