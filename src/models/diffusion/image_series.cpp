@@ -282,6 +282,7 @@ std::string prepare(const ImageSeriesSpec& spec, const train::TrainConfig& cfg, 
                        std::to_string(world) + " ranks";
   const nlohmann::json index = read_json_file(k.cache + "/index.json");
   for (const auto& l : index.at("left_out")) report += "\n  left out: " + l.get<std::string>();
+  for (const auto& note : so.param_source->notes()) report += "\n  " + note;
   return report;
 }
 
@@ -347,6 +348,9 @@ std::string sample_images(const ImageSeriesSpec& spec, const sample::SampleOptio
                         " sampler, guidance " + num(k.guidance_scale) + "); wrote " + png +
                         "; prompts, in order:";
   for (const auto& pr : prompts) summary += "\n  " + pr;
+  if (so.param_source) {
+    for (const auto& note : so.param_source->notes()) summary += "\n  " + note;
+  }
   return summary;
 }
 
