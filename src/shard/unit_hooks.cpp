@@ -126,6 +126,10 @@ void ShardedModel::Impl::on_pre_backward(Unit& unit) {
 void ShardedModel::Impl::on_post_backward(Unit& unit) {
   if (unit.post_backward_done) return;
   unit.post_backward_done = true;
+  // A cast copy (no_shard in bf16) is not needed once the unit's backward is done: free it
+  // before its gradient is copied and reduced, so the two are not alive together (the root's
+  // tied embedding: 2 bytes per element each). A ZeRO-3 gather keeps the order it had.
+  if (!plan_.shard_params) release(unit);
   reduce_unit_grads(unit);
   release(unit);
 }
