@@ -84,6 +84,9 @@ class ShardedModel::Impl {
   std::unique_ptr<shard::GradReducer> reducer_;  // after the communicators (hybrid splits first)
   std::vector<std::unique_ptr<shard::Unit>> units_;
   std::vector<shard::Unit*> trainable_units_;  // the units behind optimizer_views(), in that order
+  // The hooks gather and free units: optim_grads_params, or a unit whose compute copy is cast
+  // on use (no_shard in bf16).
+  bool gathers_units_ = false;
   std::vector<bool> published_;                // per trainable buffer: after_buffer_update done this step
   float grad_scale_ = 1.0f;
   int micro_batches_ = 0;

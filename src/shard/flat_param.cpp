@@ -7,10 +7,11 @@
 namespace zeroshard::shard {
 
 FlatParam::FlatParam(std::string unit_name, bool trainable, std::vector<ParamSlot> slots, int rank, int world_size,
-                     bool shard_params, bool full_master, at::ScalarType compute_dtype)
+                     bool shard_params, bool full_master, at::ScalarType compute_dtype, bool cast_on_use)
     : unit_name_(std::move(unit_name)), trainable_(trainable), slots_(std::move(slots)), rank_(rank),
-      shard_params_(shard_params), keep_full_master_(full_master && !shard_params), compute_dtype_(compute_dtype),
-      storage_dtype_(trainable_ ? at::kFloat : compute_dtype) {
+      shard_params_(shard_params), keep_full_master_(full_master && !shard_params),
+      cast_on_use_(cast_on_use && keep_full_master_ && trainable_ && compute_dtype != at::kFloat),
+      compute_dtype_(compute_dtype), storage_dtype_(trainable_ ? at::kFloat : compute_dtype) {
   int64_t total = 0;
   for (auto& s : slots_) {
     if (s.param.scalar_type() != at::kFloat) {
@@ -59,7 +60,7 @@ void FlatParam::materialize(ParamSource* source, Communicator& comm) {
   } else {
     at::Tensor master = at::empty({layout_.padded}, at::kFloat);
     comm.all_gather(shard, master);
-    full_.copy_(master);
+    if (!cast_on_use_) full_.copy_(master);  // else cast at each use
     if (keep_full_master_) {
       master_full_ = master;
       shard_ = master.narrow(0, begin, layout_.shard_size);
@@ -73,20 +74,30 @@ void FlatParam::materialize(ParamSource* source, Communicator& comm) {
     for (auto& s : slots_) s.param.set_data(full_.narrow(0, s.offset, s.numel).view(s.shape));
   }
   gathered_ = true;
-  if (shard_params_) free_full();
+  if (transient()) free_full();
 }
 
 int64_t FlatParam::resident_bytes() const {
   if (shard_params_) return shard_bytes();
+  if (cast_on_use_) return layout_.padded * static_cast<int64_t>(sizeof(float));  // the full master only
   if (!mixed() || storage_dtype_ != at::kFloat) return full_bytes();  // shard_ views full_
   return full_bytes() + (master_full_.defined() ? layout_.padded * static_cast<int64_t>(sizeof(float)) : shard_bytes());
 }
 
 bool FlatParam::refresh_compute_from_master() {
   if (!master_full_.defined() || master_full_.is_same(full_)) return master_full_.defined();
+  if (!gathered_) return true;  // cast on use: the next use casts the updated masters
   at::NoGradGuard no_grad;
   full_.copy_(master_full_);
   return true;
+}
+
+void FlatParam::cast_from_master() {
+  if (!cast_on_use_) throw std::logic_error("FlatParam::cast_from_master: buffer of '" + unit_name_ + "' is not cast on use");
+  if (gathered_) return;
+  allocate_full();
+  at::NoGradGuard no_grad;
+  full_.copy_(master_full_);
 }
 
 void FlatParam::allocate_full() {

@@ -23,6 +23,12 @@ struct ParamSlot : ParamInfo {
 // while the fp32 master values live in `shard` (and, under no_shard, in a full fp32 master the
 // optimizer updates). Gathers move bf16; gradients arrive in bf16 and are reduced in fp32.
 //
+// no_shard under mixed precision keeps the whole fp32 master, so a persistent bf16 copy of it would
+// be 2 more bytes per parameter for nothing (18 instead of 16): the compute buffer is cast from
+// the master when the unit is used (its pre-forward, its pre-backward: `cast_on_use`) and freed
+// after, like a gathered unit under optim_grads_params. The cast rounds the same fp32 values once,
+// so what forward sees is bitwise what a persistent copy refreshed after each step held.
+//
 // A frozen buffer never updates, so under mixed precision it keeps no fp32 master: `shard` is
 // the bf16 rounding of the source's fp32 values (2 bytes per element; replicated strategies keep
 // only the bf16 `full` buffer, `shard` a view into it). What forward sees is the same bf16
@@ -30,9 +36,11 @@ struct ParamSlot : ParamInfo {
 class FlatParam {
  public:
   // Lays the slots out; no values yet (see materialize). full_master: keep the whole buffer's
-  // fp32 master values (no_shard, whose optimizer updates all of them).
+  // fp32 master values (no_shard, whose optimizer updates all of them). cast_on_use: with a
+  // full master and a compute dtype other than fp32, keep no compute copy between uses (the
+  // engine casts it in the unit's hooks; a unit without hooks must keep it: pass false).
   FlatParam(std::string unit_name, bool trainable, std::vector<ParamSlot> slots, int rank, int world_size,
-            bool shard_params, bool full_master, at::ScalarType compute_dtype);
+            bool shard_params, bool full_master, at::ScalarType compute_dtype, bool cast_on_use = false);
 
   // Fills this rank's shard from `source` (or, when null, from the parameters' current
   // values), gathers the full buffer when parameters are replicated, and turns every
@@ -69,13 +77,21 @@ class FlatParam {
   bool gathered() const { return gathered_; }
   // Sharded (gathered for use, freed after) rather than replicated on every rank.
   bool shards_params() const { return shard_params_; }
+  // The compute buffer is cast from the full fp32 master for each use and freed after.
+  bool casts_on_use() const { return cast_on_use_; }
+  // The compute buffer exists only while in use (gathered, or cast), not between uses.
+  bool transient() const { return shard_params_ || cast_on_use_; }
 
   // Re-allocates the full buffer's bytes (contents undefined) / frees them.
   void allocate_full();
   void free_full();
   // After the fp32 masters changed: the compute buffer from this rank's master values (the
-  // whole buffer with a full master; otherwise fills nothing and returns false).
+  // whole buffer with a full master; otherwise fills nothing and returns false). A cast-on-use
+  // buffer that is not in use has nothing to refresh: its next use casts the new masters.
   bool refresh_compute_from_master();
+  // cast_on_use: allocates the compute buffer and casts the full master into it (no-op while
+  // it is already there).
+  void cast_from_master();
 
   // Copies each parameter's .grad into `flat` (fp32; zeros where a parameter has no gradient)
   // and clears the .grad fields.
@@ -89,6 +105,7 @@ class FlatParam {
   int rank_;
   bool shard_params_;
   bool keep_full_master_;
+  bool cast_on_use_;
   at::ScalarType compute_dtype_;
   at::ScalarType storage_dtype_;
   at::Tensor full_;

@@ -30,7 +30,18 @@ size_t GradReducer::add_buffer(const ShardLayout& L) {
 }
 
 at::Tensor GradReducer::new_local_gradient(size_t i) const {
-  return at::empty({buffers_.at(i).layout.padded}, reduce_dtype_);
+  const Buffer& b = buffers_.at(i);
+  // no_shard / optim, first micro-batch of a step: the full gradient buffer holds nothing yet
+  // and receives the reduced shard only after the reduce-scatter has read all of it, so the
+  // local gradient is written there (fp32 reduction) instead of into a second full-size buffer.
+  // The collective reads the same values either way.
+  if (b.full.defined() && !b.has_data && !b.gather && reduce_dtype_ == b.full.scalar_type()) return b.full;
+  return at::empty({b.layout.padded}, reduce_dtype_);
+}
+
+bool GradReducer::is_full_buffer(size_t i, const at::Tensor& t) const {
+  const at::Tensor& full = buffers_.at(i).full;
+  return full.defined() && t.defined() && t.is_alias_of(full);
 }
 
 void GradReducer::reduce(size_t i, at::Tensor local) {
@@ -136,11 +147,18 @@ int64_t GradReducer::resident_bytes() const {
 }
 
 int64_t GradReducer::transient_bytes() const {
-  int64_t bytes = 0;
+  int64_t bytes = 0;  // a local gradient written into the full gradient buffer is resident, not counted
   if (open_) {
-    for (const auto& t : open_->locals) bytes += static_cast<int64_t>(t.nbytes());
+    for (size_t k = 0; k < open_->locals.size(); ++k) {
+      if (!is_full_buffer(open_->buffers[k], open_->locals[k])) bytes += static_cast<int64_t>(open_->locals[k].nbytes());
+    }
   }
-  for (const auto& p : pending_) bytes += static_cast<int64_t>(p->input.nbytes() + p->reduced.nbytes());
+  for (const auto& p : pending_) {
+    if (!(p->buffers.size() == 1 && is_full_buffer(p->buffers[0], p->input))) {
+      bytes += static_cast<int64_t>(p->input.nbytes());
+    }
+    bytes += static_cast<int64_t>(p->reduced.nbytes());
+  }
   return bytes;
 }
 

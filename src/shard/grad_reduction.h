@@ -34,7 +34,9 @@ class GradReducer {
   // A micro-batch's backward starts. last: no_shard / optim all-gather each shard into the
   // full gradient as soon as it is final (any value is correct; false saves those gathers).
   void begin_micro_batch(bool last_micro_batch) { last_micro_batch_ = last_micro_batch; }
-  // An empty local gradient for buffer i (padded, in the reduce dtype) for the caller to fill.
+  // An empty local gradient for buffer i (padded, in the reduce dtype) for the caller to fill:
+  // the full gradient buffer itself when it holds nothing yet (no_shard / optim, first
+  // micro-batch, fp32 reduction), else a new tensor.
   at::Tensor new_local_gradient(size_t i) const;
   // Buffer i's local gradient of this micro-batch is complete: reduce it (asynchronously).
   void reduce(size_t i, at::Tensor local);
@@ -80,6 +82,8 @@ class GradReducer {
     const WorkHandle& last() const { return replica_work ? replica_work : work; }
   };
   void issue_bucket();
+  // t shares buffer i's full gradient buffer (a local gradient written in place).
+  bool is_full_buffer(size_t i, const at::Tensor& t) const;
   // Finishes reductions (oldest first) until at most max_in_flight remain; completed ones
   // are always finished, so each transient gradient is freed early.
   void drain(size_t max_in_flight);

@@ -4,6 +4,7 @@
 #include "shard/layout.h"
 #include "shard/strategy_plan.h"
 #include "shard/unit.h"
+#include "zeroshard/nn/hookable.h"
 
 #include <algorithm>
 
@@ -16,6 +17,7 @@ struct Buffer {
   ShardLayout layout;
   bool trainable = false;
   bool sharded = false;  // gathered for use, freed after
+  bool cast = false;     // no_shard in bf16: the compute copy cast from the full master per use
 };
 
 // Bytes a ring all-gather / reduce-scatter sends from each of S ranks for a chunk of
@@ -58,6 +60,11 @@ ModelPlan plan_model(const std::shared_ptr<torch::nn::Module>& module, const Sha
       b.layout = ShardLayout(numel, S);
       b.trainable = slots == &u.trainable;
       b.sharded = plan.shards_buffer(numel);
+      // FlatParam's cast_on_use, as the engine decides it: a trainable buffer with a full master
+      // in a compute dtype other than fp32, in a unit with hooks (every unit but a root that is
+      // not a HookableModule).
+      b.cast = b.trainable && plan.full_master && mixed && !b.sharded &&
+               (&u != &assigned.front() || dynamic_cast<const nn::HookableModule*>(u.module.get()) != nullptr);
       (b.trainable ? pu.trainable_numel : pu.frozen_numel) = numel;
       pu.gathered_bytes += b.layout.padded * ce;
       pu.sharded = pu.sharded || b.sharded;
@@ -79,6 +86,7 @@ ModelPlan plan_model(const std::shared_ptr<torch::nn::Module>& module, const Sha
       // A frozen buffer keeps no fp32 master: it is stored in the compute dtype (bf16: 2 bytes).
       const int64_t stored = b.trainable ? 4 : ce;
       if (b.sharded) c.params_bytes += shard * stored;
+      else if (b.cast) c.params_bytes += padded * 4;  // the full master; the compute copy only in use
       else if (!mixed || !b.trainable) c.params_bytes += padded * ce;
       else c.params_bytes += padded * ce + (full_master ? padded * 4 : shard * 4);
       if (!b.trainable) continue;
@@ -98,6 +106,19 @@ ModelPlan plan_model(const std::shared_ptr<torch::nn::Module>& module, const Sha
     widest = std::max(widest, sum);
   }
   c.gathered_peak_bytes = plan.shard_params ? root_gathered + widest : 0;
+  // no_shard in bf16 casts a unit's compute copy at its pre-forward and pre-backward and frees it
+  // after its forward / its reduction, without prefetch: the root (kept from its forward through
+  // its backward) and one unit at a time.
+  auto cast_bytes = [&](size_t u) {
+    int64_t bytes = 0;
+    for (const Buffer& b : unit_buffers[u]) bytes += b.cast ? b.layout.padded * ce : 0;
+    return bytes;
+  };
+  if (!plan.shard_params && !unit_buffers.empty()) {
+    int64_t widest_cast = 0;
+    for (size_t i = 1; i < unit_buffers.size(); ++i) widest_cast = std::max(widest_cast, cast_bytes(i));
+    c.gathered_peak_bytes = cast_bytes(0) + widest_cast;
+  }
 
   // One step's collectives, per rank.
   std::vector<int64_t> reduce_order;  // trainable buffers' shard sizes in the order backward reduces them

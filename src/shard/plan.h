@@ -51,7 +51,7 @@ struct StrategyCost {
   // Per rank, as ShardedModel::memory() reports them.
   int64_t params_bytes = 0, grads_bytes = 0, optim_bytes = 0;
   int64_t largest_unit_bytes = 0;    // the largest unit's gathered size
-  int64_t gathered_peak_bytes = 0;   // gathered at once (optim_grads_params; else 0)
+  int64_t gathered_peak_bytes = 0;   // gathered at once (optim_grads_params; no_shard in bf16: cast copies; else 0)
   // Bytes each rank sends in one optimizer step, by collective.
   int64_t comm_param_gather_bytes = 0;  // ZeRO-3 gathers in forward and backward
   int64_t comm_reduce_bytes = 0;        // gradient reduce-scatters (+ the replicas' all-reduces)

@@ -86,7 +86,8 @@ ShardedModel::Impl::Impl(std::shared_ptr<torch::nn::Module> module, std::shared_
                          ShardOptions options)
     : module_(std::move(module)), comm_(std::move(comm)), options_(std::move(options)),
       plan_(checked_plan(module_, comm_, options_)),
-      prefetch_(options_.prefetch, options_.max_live_units) {
+      // Prefetch hides all-gathers; a cast (no_shard in bf16) is compute, done when used.
+      prefetch_(options_.prefetch && plan_.shard_params, options_.max_live_units) {
   if (!options_.wrap_policy) options_.wrap_policy = wrap_every_hookable();
   if (plan_.hybrid()) {
     // Groups of consecutive ranks hold one copy each; the ranks holding the same shard in
@@ -173,6 +174,7 @@ std::vector<UnitParams> assign_units(const std::shared_ptr<torch::nn::Module>& r
 
 void ShardedModel::Impl::build_units() {
   const int rank = shard_comm_->rank(), world = shard_comm_->world_size();
+  gathers_units_ = plan_.shard_params;  // ZeRO-3 runs its hooks even when every buffer persists
 
   // 1-2. Units and the parameters of each (shard/unit.h).
   std::vector<shard::UnitParams> assigned = shard::assign_units(module_, options_.wrap_policy);
@@ -198,8 +200,11 @@ void ShardedModel::Impl::build_units() {
     unit->module = dynamic_cast<nn::HookableModule*>(assigned[static_cast<size_t>(u)].module.get());
     if (!trainable[u].empty()) {
       const bool shard = sharded(trainable[u]);
+      // no_shard in bf16: the compute copy is cast from the full master in the unit's hooks
+      // (a root without hooks keeps a persistent copy).
+      const bool cast_on_use = unit->module != nullptr;
       unit->trainable = std::make_unique<FlatParam>(unit->name, true, std::move(trainable[u]), rank, world, shard,
-                                                    plan_.full_master, options_.param_dtype);
+                                                    plan_.full_master, options_.param_dtype, cast_on_use);
       unit->grad_index = static_cast<int>(reducer_->add_buffer(unit->trainable->layout()));
     }
     if (!frozen[u].empty()) {
@@ -228,6 +233,7 @@ void ShardedModel::Impl::build_units() {
           "into units");
     }
     if (unit->trainable) trainable_units_.push_back(unit.get());
+    gathers_units_ = gathers_units_ || unit->gathers();
     units_.push_back(std::move(unit));
   }
 

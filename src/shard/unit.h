@@ -37,13 +37,12 @@ struct Unit {
   std::function<void()> post_backward_callback;  // owned here; the autograd node points at it
 
   // Whether this unit's parameters are gathered before use and freed after (a buffer sharded
-  // under optim_grads_params, above the persistence threshold).
-  bool gathers() const {
-    return (trainable && trainable->shards_params()) || (frozen && frozen->shards_params());
-  }
+  // under optim_grads_params, above the persistence threshold), or, under no_shard with a bf16
+  // compute dtype, cast from the full fp32 master before use and freed after (FlatParam).
+  bool gathers() const { return (trainable && trainable->transient()) || (frozen && frozen->transient()); }
   bool gathered() const {
-    return (trainable && trainable->shards_params() && trainable->gathered()) ||
-           (frozen && frozen->shards_params() && frozen->gathered());
+    return (trainable && trainable->transient() && trainable->gathered()) ||
+           (frozen && frozen->transient() && frozen->gathered());
   }
 
   int64_t gathered_size_bytes() const {

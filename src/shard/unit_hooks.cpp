@@ -18,6 +18,12 @@ using shard::Unit;
 void ShardedModel::Impl::start_gather(Unit& unit) {
   for (FlatParam* f : {unit.trainable.get(), unit.frozen.get()}) {
     if (f == nullptr || f->gathered()) continue;
+    if (f->casts_on_use()) {  // no_shard in bf16: a local cast of the full master, nothing to wait for
+      f->cast_from_master();
+      gathered_bytes_ += f->full_bytes();
+      continue;
+    }
+    if (!f->shards_params()) continue;  // replicated: its compute buffer is always there
     f->allocate_full();
     // Mixed precision gathers the bf16 rounding of the fp32 masters: half the bytes.
     const at::Tensor send = f->mixed() ? f->shard().to(f->compute_dtype()) : f->shard();
@@ -61,7 +67,7 @@ void ShardedModel::Impl::release(Unit& unit) {
   if (!unit.gathers()) return;
   finish_gather(unit);  // never free a buffer a collective is still writing
   for (FlatParam* f : {unit.trainable.get(), unit.frozen.get()}) {
-    if (f == nullptr || !f->shards_params() || !f->gathered()) continue;
+    if (f == nullptr || !f->transient() || !f->gathered()) continue;
     f->free_full();
     gathered_bytes_ -= f->full_bytes();
   }
@@ -69,7 +75,7 @@ void ShardedModel::Impl::release(Unit& unit) {
 
 void ShardedModel::Impl::on_pre_forward(Unit& unit, std::vector<at::Tensor>& inputs) {
   finish_gather(unit);  // replicated parameters: the all-gather of the last optimizer step
-  if (plan_.shard_params) {
+  if (gathers_units_) {
     if (unit.is_root) {
       // A new forward. Its first units may have been prefetched (after the optimizer step);
       // any other unit still gathered is left from a forward that went another way.
@@ -95,7 +101,7 @@ void ShardedModel::Impl::on_pre_forward(Unit& unit, std::vector<at::Tensor>& inp
 }
 
 void ShardedModel::Impl::on_post_forward(Unit& unit, std::vector<at::Tensor>& outputs) {
-  if (!plan_.shard_params) return;
+  if (!gathers_units_) return;
   if (unit.is_root) prefetch_.end_forward();  // the order prefetch follows next time
   const bool training = torch::autograd::GradMode::is_enabled();
   // The root stays gathered from its forward through its backward (it is reduced last).
@@ -108,7 +114,7 @@ void ShardedModel::Impl::on_post_forward(Unit& unit, std::vector<at::Tensor>& ou
 }
 
 void ShardedModel::Impl::on_pre_backward(Unit& unit) {
-  if (!plan_.shard_params) return;
+  if (!gathers_units_) return;
   gather(unit);
   // Backward runs the calls in reverse forward order: the scheduler finds this call, then the
   // calls before it are prefetched.
@@ -120,6 +126,10 @@ void ShardedModel::Impl::on_pre_backward(Unit& unit) {
 void ShardedModel::Impl::on_post_backward(Unit& unit) {
   if (unit.post_backward_done) return;
   unit.post_backward_done = true;
+  // A cast copy (no_shard in bf16) is not needed once the unit's backward is done: free it
+  // before its gradient is copied and reduced, so the two are not alive together (the root's
+  // tied embedding: 2 bytes per element each). A ZeRO-3 gather keeps the order it had.
+  if (!plan_.shard_params) release(unit);
   reduce_unit_grads(unit);
   release(unit);
 }

@@ -263,6 +263,10 @@ def part_plan():
     cases.append((3, "optim_grads_params", ["--set", "mixed_precision.param_dtype=bf16", "--set",
                                             "mixed_precision.reduce_dtype=bf16", "--set",
                                             "parallel.persistence_threshold=15000"]))
+    # no_shard in bf16 casts each unit's compute copy from its full fp32 master when it runs (no
+    # persistent bf16 copy): params are the masters alone, and the cast copies alive at once (the
+    # root and one layer) are its gathered peak.
+    cases.append((2, "no_shard", ["--set", "mixed_precision.param_dtype=bf16"]))
     for nproc, strategy, extra in cases:
         accum = ["--set", "train.grad_accum=2"] + extra
         d, rc, _ = train(["--set", "parallel.strategy=" + strategy] + accum, nproc=nproc, steps=3)
@@ -276,7 +280,7 @@ def part_plan():
         steps = metrics(d)
         pairs = [("params_bytes", "mem_params_bytes"), ("grads_bytes", "mem_grads_bytes"),
                  ("optim_bytes", "mem_optim_bytes")]
-        if strategy == "optim_grads_params":
+        if strategy == "optim_grads_params" or "mixed_precision.param_dtype=bf16" in extra:
             pairs.append(("gathered_peak_bytes", "mem_gathered_peak_bytes"))
         bad = []
         for r, rank in enumerate(steps[-1]["ranks"]):
