@@ -27,21 +27,19 @@ constexpr const char* kHead = "lm_head.weight";
 class HfFolderSource : public ParamSource {
  public:
   // The folder's model.safetensors.index.json or model.safetensors (io::SafetensorsSet).
-  HfFolderSource(const std::string& dir, bool tied) : dir_(dir), tied_(tied), set_(checked_folder(dir)) {
-    for (const auto& [name, w] : set_.tensors()) where_[name] = {w.file, w.entry};
-  }
+  HfFolderSource(const std::string& dir, bool tied) : dir_(dir), tied_(tied), set_(checked_folder(dir)) {}
 
   void check(const std::vector<ParamInfo>& params) override {
     std::set<std::string> used;
     for (const auto& p : params) {
       const std::string stored = stored_name(p.name);
-      auto it = where_.find(stored);
-      if (it == where_.end()) {
+      const io::SafetensorsSet::Where* w = set_.find(stored);
+      if (w == nullptr) {
         throw std::runtime_error(set_.path() + ": has no tensor '" + p.name + "' (shape " + io::shape_text(p.shape) +
                                  (p.name == kEmbed && tied_ ? ", nor lm_head.weight (tied)" : "") +
                                  "): the folder does not hold this model's weights");
       }
-      const auto& [file, e] = it->second;
+      const auto& [file, e] = *w;
       if (e->shape != p.shape) {
         throw std::runtime_error(file->path() + ": tensor '" + stored + "' has shape " + io::shape_text(e->shape) +
                                  " but config.json's model expects " + io::shape_text(p.shape));
@@ -54,19 +52,19 @@ class HfFolderSource : public ParamSource {
     }
     // A tied folder may store lm_head.weight beside the embedding (transformers ignores it and
     // ties); read() checks that each rank's range of it equals the embedding's.
-    if (tied_ && used.count(kEmbed) && where_.count(kHead)) check_tied_copy_ = true;
-    for (const auto& [name, loc] : where_) {
+    if (tied_ && used.count(kEmbed) && set_.find(kHead)) check_tied_copy_ = true;
+    for (const auto& [name, loc] : set_.tensors()) {
       if (used.count(name) || (check_tied_copy_ && name == kHead)) continue;
-      throw std::runtime_error(loc.first->path() + ": tensor '" + name +
+      throw std::runtime_error(loc.file->path() + ": tensor '" + name +
                                "' is not a parameter of the model config.json describes (a folder of another model?)");
     }
   }
 
   void read(const ParamInfo& param, int64_t begin, int64_t end, at::Tensor out) override {
-    const auto& [file, e] = where_.at(stored_name(param.name));
+    const auto& [file, e] = *set_.find(stored_name(param.name));
     file->read_range(*e, begin, end, out);
     if (check_tied_copy_ && param.name == kEmbed) {
-      const auto& [head_file, head] = where_.at(kHead);
+      const auto& [head_file, head] = *set_.find(kHead);
       at::Tensor copy = at::empty_like(out);
       head_file->read_range(*head, begin, end, copy);
       if (!at::equal(copy, out)) {
@@ -79,7 +77,7 @@ class HfFolderSource : public ParamSource {
 
  private:
   std::string stored_name(const std::string& name) const {
-    if (tied_ && name == kEmbed && !where_.count(kEmbed) && where_.count(kHead)) return kHead;
+    if (tied_ && name == kEmbed && !set_.find(kEmbed) && set_.find(kHead)) return kHead;
     return name;
   }
 
@@ -94,7 +92,6 @@ class HfFolderSource : public ParamSource {
   bool tied_;
   bool check_tied_copy_ = false;
   io::SafetensorsSet set_;
-  std::map<std::string, std::pair<const io::SafetensorsFile*, const io::TensorEntry*>> where_;
 };
 
 nlohmann::json read_json(const fs::path& p) {
