@@ -29,14 +29,29 @@ size_t GradReducer::add_buffer(const ShardLayout& L) {
   return buffers_.size() - 1;
 }
 
-at::Tensor GradReducer::new_local_gradient(size_t i) const {
+at::Tensor GradReducer::new_local_gradient(size_t i) {
   const Buffer& b = buffers_.at(i);
   // no_shard / optim, first micro-batch of a step: the full gradient buffer holds nothing yet
   // and receives the reduced shard only after the reduce-scatter has read all of it, so the
   // local gradient is written there (fp32 reduction) instead of into a second full-size buffer.
   // The collective reads the same values either way.
   if (b.full.defined() && !b.has_data && !b.gather && reduce_dtype_ == b.full.scalar_type()) return b.full;
-  return at::empty({b.layout.padded}, reduce_dtype_);
+  return take_spare(b.layout.padded, reduce_dtype_);
+}
+
+at::Tensor GradReducer::take_spare(int64_t numel, at::ScalarType dtype) {
+  for (auto it = spares_.begin(); it != spares_.end(); ++it) {
+    if (it->numel() == numel && it->scalar_type() == dtype) {
+      at::Tensor t = std::move(*it);
+      spares_.erase(it);
+      return t;
+    }
+  }
+  return at::empty({numel}, dtype);
+}
+
+void GradReducer::keep_spare(at::Tensor t) {
+  if (t.defined() && t.is_contiguous() && t.storage_offset() == 0) spares_.push_back(std::move(t));
 }
 
 bool GradReducer::is_full_buffer(size_t i, const at::Tensor& t) const {
@@ -66,7 +81,7 @@ void GradReducer::issue_bucket() {
   } else {
     p->input = pack_rank_by_rank(p->layout, p->locals, shard_comm_.world_size(), reduce_dtype_);
   }
-  p->reduced = at::empty({p->layout.shard_elems}, reduce_dtype_);
+  p->reduced = take_spare(p->layout.shard_elems, reduce_dtype_);
   p->work = shard_comm_.reduce_scatter_async(p->input, p->reduced);
   // Hybrid: the copies' partial sums of this shard, summed in a fixed ring order (every copy
   // gets the same bits). Issued now, in program order: it runs once the reduce-scatter is done.
@@ -108,6 +123,10 @@ void GradReducer::drain(size_t max_in_flight) {
         b.full_current = true;
       }
     }
+    // Its buffers are free once every part is copied out (a local written into the full
+    // gradient buffer is that buffer, not a spare).
+    if (!(p.buffers.size() == 1 && is_full_buffer(p.buffers[0], p.input))) keep_spare(std::move(p.input));
+    keep_spare(std::move(p.reduced));
     pending_.pop_front();
   }
 }
@@ -116,6 +135,7 @@ void GradReducer::finish_micro_batch() {
   planner_.close();
   issue_bucket();
   drain(0);
+  spares_.clear();
 }
 
 void GradReducer::wait_gradient_gathers(bool complete) {
@@ -159,6 +179,7 @@ int64_t GradReducer::transient_bytes() const {
     }
     bytes += static_cast<int64_t>(p->reduced.nbytes());
   }
+  for (const auto& t : spares_) bytes += static_cast<int64_t>(t.nbytes());
   return bytes;
 }
 

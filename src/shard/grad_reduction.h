@@ -36,8 +36,8 @@ class GradReducer {
   void begin_micro_batch(bool last_micro_batch) { last_micro_batch_ = last_micro_batch; }
   // An empty local gradient for buffer i (padded, in the reduce dtype) for the caller to fill:
   // the full gradient buffer itself when it holds nothing yet (no_shard / optim, first
-  // micro-batch, fp32 reduction), else a new tensor.
-  at::Tensor new_local_gradient(size_t i) const;
+  // micro-batch, fp32 reduction), else a spare of a finished reduction or a new tensor.
+  at::Tensor new_local_gradient(size_t i);
   // Buffer i's local gradient of this micro-batch is complete: reduce it (asynchronously).
   void reduce(size_t i, at::Tensor local);
   // The micro-batch's backward is over: issues the open bucket, finishes every reduction.
@@ -87,6 +87,12 @@ class GradReducer {
   // Finishes reductions (oldest first) until at most max_in_flight remain; completed ones
   // are always finished, so each transient gradient is freed early.
   void drain(size_t max_in_flight);
+  // Reusing the buffers of finished reductions within a micro-batch: a fresh allocation of a
+  // unit's gradient (tens of MB and more) comes from the kernel zero-filled page by page on
+  // first touch, which cost more than the copy into it (docs/benchmarks.md, issue 15). Spares
+  // live until the micro-batch's backward ends and count as transient bytes.
+  at::Tensor take_spare(int64_t numel, at::ScalarType dtype);
+  void keep_spare(at::Tensor t);
 
   StrategyPlan plan_;
   Communicator& shard_comm_;
@@ -97,6 +103,7 @@ class GradReducer {
   std::vector<Buffer> buffers_;
   std::unique_ptr<Pending> open_;  // small gradients waiting to be reduced together
   std::deque<std::unique_ptr<Pending>> pending_;
+  std::vector<at::Tensor> spares_;  // buffers of finished reductions, for the next ones
   bool last_micro_batch_ = true;
 };
 
