@@ -115,7 +115,9 @@ EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim) {
   }
 }
 
-torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
+  return torch::embedding(weight, ids, /*padding_idx=*/-1, /*scale_grad_by_freq=*/false, sparse_grad);
+}
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", new_parameter({dim}));

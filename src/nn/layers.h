@@ -51,6 +51,11 @@ class EmbeddingImpl : public torch::nn::Module {
   EmbeddingImpl(int64_t num_embeddings, int64_t dim);
   torch::Tensor forward(const torch::Tensor& ids);
   torch::Tensor weight;
+  // The weight's gradient as the looked-up rows only (a sparse tensor) instead of a dense
+  // [num_embeddings, dim] one. Set by a model whose output head is tied to this weight: autograd
+  // adds the rows into the head's dense gradient in place, where a dense embedding gradient costs
+  // a zero fill and a full-size add of the whole table per backward (docs/benchmarks.md, issue 15).
+  bool sparse_grad = false;
 };
 TORCH_MODULE(Embedding);
 

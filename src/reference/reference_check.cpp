@@ -177,7 +177,8 @@ bool reference_check(const std::string& dir, std::ostream& out, const CheckOptio
     if (util::starts_with(name, "grad.param.")) {
       const auto it = params.find(name.substr(11));
       if (it == params.end()) return {};
-      return it->second.grad().defined() ? it->second.grad() : at::zeros_like(it->second);
+      const at::Tensor& g = it->second.grad();  // sparse: a tied embedding's rows, its head unused
+      return !g.defined() ? at::zeros_like(it->second) : g.is_sparse() ? g.to_dense() : g;
     }
     const auto it = got.find(name);
     return it == got.end() ? at::Tensor() : it->second.detach();

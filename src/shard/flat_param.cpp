@@ -2,6 +2,8 @@
 
 #include "shard/torch_internals.h"
 
+#include <ATen/record_function.h>
+
 #include <stdexcept>
 
 namespace zeroshard::shard {
@@ -87,6 +89,7 @@ int64_t FlatParam::resident_bytes() const {
 bool FlatParam::refresh_compute_from_master() {
   if (!master_full_.defined() || master_full_.is_same(full_)) return master_full_.defined();
   if (!gathered_) return true;  // cast on use: the next use casts the updated masters
+  RECORD_FUNCTION("zs::param_cast", std::vector<c10::IValue>());
   at::NoGradGuard no_grad;
   full_.copy_(master_full_);
   return true;
@@ -96,6 +99,7 @@ void FlatParam::cast_from_master() {
   if (!cast_on_use_) throw std::logic_error("FlatParam::cast_from_master: buffer of '" + unit_name_ + "' is not cast on use");
   if (gathered_) return;
   allocate_full();
+  RECORD_FUNCTION("zs::param_cast", std::vector<c10::IValue>());  // train/op_profile.h
   at::NoGradGuard no_grad;
   full_.copy_(master_full_);
 }
@@ -114,10 +118,16 @@ void FlatParam::free_full() {
 
 void FlatParam::take_grads_into(const at::Tensor& flat) {
   // Every element is written exactly once: a gradient, or zero (no gradient, padding).
+  RECORD_FUNCTION("zs::grad_copy", std::vector<c10::IValue>());  // train/op_profile.h
   for (auto& s : slots_) {
     at::Tensor& g = s.param.mutable_grad();
     at::Tensor dst = flat.narrow(0, s.offset, s.numel);
-    if (g.defined()) {
+    if (g.defined() && g.is_sparse()) {  // the rows of an embedding used without its tied head
+      dst.zero_();
+      const at::Tensor rows = g._values().reshape({g._values().size(0), -1});
+      dst.view({s.shape[0], -1}).index_add_(0, g._indices()[0], rows.to(dst.scalar_type()));
+      g.reset();
+    } else if (g.defined()) {
       dst.copy_(g.reshape({-1}));
       g.reset();
     } else {

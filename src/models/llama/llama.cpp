@@ -1,5 +1,6 @@
 #include "models/llama/llama.h"
 
+#include "nn/cross_entropy.h"
 #include "nn/init.h"
 #include "nn/matmul.h"
 #include "util/text.h"
@@ -99,6 +100,8 @@ LlamaImpl::LlamaImpl(const LlamaConfig& c) : config_(c) {
   norm = register_module("norm", nn::RMSNorm(c.dim, c.norm_eps));
   if (!c.tie_embeddings) {
     output = register_module("output", nn::Linear(c.dim, c.vocab_size));
+  } else {
+    tok_embeddings->sparse_grad = true;  // its rows are added into the head's dense gradient
   }
 }
 
@@ -155,8 +158,8 @@ void llama_init(const LlamaConfig& c, uint64_t seed, const std::string& name, at
 }
 
 torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
-                                              targets.reshape({-1}));
+  // torch's cross_entropy(logits.float(), targets) without the fp32 copy (nn/cross_entropy.h).
+  return nn::cross_entropy_mean(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
 }
 
 }  // namespace zeroshard::models

@@ -13,6 +13,8 @@ EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim, int64_t paddin
   }
 }
 
-torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids, padding_idx_); }
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
+  return torch::embedding(weight, ids, padding_idx_, /*scale_grad_by_freq=*/false, sparse_grad);
+}
 
 }  // namespace zeroshard::models::qwen3

@@ -17,6 +17,7 @@ class EmbeddingImpl : public torch::nn::Module {
   EmbeddingImpl(int64_t num_embeddings, int64_t dim, int64_t padding_idx = -1);
   torch::Tensor forward(const torch::Tensor& ids);
   torch::Tensor weight;
+  bool sparse_grad = false;  // as nn::Embedding's: set when the head is tied to this weight
 
  private:
   int64_t padding_idx_;

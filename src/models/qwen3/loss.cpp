@@ -1,5 +1,6 @@
 #include "models/qwen3/loss.h"
 
+#include "nn/cross_entropy.h"
 #include "nn/norms.h"
 
 #include <stdexcept>
@@ -15,11 +16,10 @@ torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& l
   // labels -> pad(labels, (0, 1), ignore_index)[:, 1:]
   const auto shifted = torch::cat(
       {labels.narrow(1, 1, labels.size(1) - 1), torch::full({labels.size(0), 1}, ignore_index, labels.options())}, 1);
-  const auto flat = logits.to(nn::norm_dtype(logits)).reshape({-1, V});
-  if (!num_items) {
-    return at::cross_entropy_loss(flat, shifted.reshape({-1}), {}, at::Reduction::Mean, ignore_index, 0.0);
-  }
-  return at::cross_entropy_loss(flat, shifted.reshape({-1}), {}, at::Reduction::Sum, ignore_index, 0.0) / *num_items;
+  // In fp32 (fp64 kept) as transformers' upcast, without an fp32 copy of the logits (nn/cross_entropy.h).
+  const auto flat = logits.reshape({-1, V});
+  if (!num_items) return nn::cross_entropy_mean(flat, shifted.reshape({-1}), ignore_index);
+  return nn::cross_entropy_sum(flat, shifted.reshape({-1}), ignore_index) / *num_items;
 }
 
 torch::Tensor load_balancing_loss(const std::vector<torch::Tensor>& router_logits, int64_t num_experts, int64_t top_k,

@@ -146,6 +146,7 @@ QwenForCausalLMImpl::QwenForCausalLMImpl(const QwenConfig& c, bool lm_head_wante
   if (lm_head_wanted) {
     if (c.tie_word_embeddings) {
       tied_head = register_module("lm_head", TiedHead(model->embed_tokens->weight));
+      model->embed_tokens->sparse_grad = true;  // its rows are added into the head's dense gradient
     } else {
       lm_head = register_module("lm_head", nn::Linear(c.hidden_size, c.vocab_size));
     }

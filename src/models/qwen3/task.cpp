@@ -5,6 +5,7 @@
 #include "models/qwen3/loss.h"
 #include "models/qwen3/model.h"
 #include "models/qwen3/series_parts.h"
+#include "nn/cross_entropy.h"
 #include "nn/layers.h"
 #include "zeroshard/nn/deferred.h"
 
@@ -47,8 +48,7 @@ class QwenTask : public train::Task {
     const Batch b = batch(step_samples_, (micro * world_ + rank_) * mb, mb);
     const Output out = model_->forward(b.inputs);
     const int64_t V = out.logits.size(-1);
-    const auto ce = at::cross_entropy_loss(out.logits.to(at::kFloat).reshape({-1, V}), b.labels.reshape({-1}), {},
-                                           at::Reduction::Sum, -100, 0.0);
+    const auto ce = nn::cross_entropy_sum(out.logits.reshape({-1, V}), b.labels.reshape({-1}), -100);
     // The mean over the step's target tokens of every rank and micro-batch: the engine averages
     // the W x grad_accum micro-batch losses, so each is scaled by that count over the targets.
     const double per_micro = static_cast<double>(std::max<int64_t>(1, step_targets_)) /
@@ -160,9 +160,7 @@ class QwenTask : public train::Task {
       const Batch batch_ = batch(mine, b * mb, mb);
       const Output out = model_->forward(batch_.inputs);
       const int64_t V = out.logits.size(-1);
-      sum += at::cross_entropy_loss(out.logits.to(at::kFloat).reshape({-1, V}), batch_.labels.reshape({-1}), {},
-                                    at::Reduction::Sum, -100, 0.0)
-                 .item<double>();
+      sum += nn::cross_entropy_sum(out.logits.reshape({-1, V}), batch_.labels.reshape({-1}), -100).item<double>();
       count += static_cast<double>(batch_.labels.ne(-100).sum().item<int64_t>());
     }
     at::Tensor t = at::tensor({sum, count}, at::kDouble);
