@@ -6,6 +6,7 @@
 
 #include "shard/torch_internals.h"
 
+#include <ATen/record_function.h>
 #include <torch/autograd.h>
 
 #include <algorithm>
@@ -26,7 +27,11 @@ void ShardedModel::Impl::start_gather(Unit& unit) {
     if (!f->shards_params()) continue;  // replicated: its compute buffer is always there
     f->allocate_full();
     // Mixed precision gathers the bf16 rounding of the fp32 masters: half the bytes.
-    const at::Tensor send = f->mixed() ? f->shard().to(f->compute_dtype()) : f->shard();
+    at::Tensor send = f->shard();
+    if (f->mixed()) {
+      RECORD_FUNCTION("zs::param_cast", std::vector<c10::IValue>());  // train/op_profile.h
+      send = send.to(f->compute_dtype());
+    }
     unit.gather_works.push_back(shard_comm_->all_gather_async(send, f->full()));
     unit.gather_sends.push_back(send);
     gathered_bytes_ += f->full_bytes();

@@ -49,6 +49,7 @@ nlohmann::json OpProfile::finish(double step_s, double comm_exposed_s) {
         std::string klass = !stack.empty() ? stack.back().klass : std::string();
         if (name == "zs::attention") klass = "attention_s";
         if (name == "zs::optimizer") klass = "optimizer_s";
+        if (name == "zs::grad_copy" || name == "zs::param_cast") klass = "engine_s";
         stack.push_back({&e, 0.0, klass});
       } else if (e.kind() == prof::EventKind::PopRange && !stack.empty()) {
         const Open o = stack.back();
@@ -68,7 +69,7 @@ nlohmann::json OpProfile::finish(double step_s, double comm_exposed_s) {
   }
   nlohmann::json out = {{"step_s", step_s}};
   double sum = 0;
-  for (const char* k : {"gemm_s", "attention_s", "optimizer_s", "elementwise_s", "autograd_s"}) {
+  for (const char* k : {"gemm_s", "attention_s", "optimizer_s", "engine_s", "elementwise_s", "autograd_s"}) {
     out[k] = by_class[k];
     sum += by_class[k];
   }
@@ -87,8 +88,8 @@ nlohmann::json OpProfile::finish(double step_s, double comm_exposed_s) {
 std::string OpProfile::summary(const nlohmann::json& p) {
   const double step = p.at("step_s").get<double>();
   std::string line = "profile: step " + fixed(step, 3) + " s =";
-  for (const char* k : {"gemm_s", "attention_s", "elementwise_s", "optimizer_s", "autograd_s", "comm_exposed_s",
-                        "overhead_s"}) {
+  for (const char* k : {"gemm_s", "attention_s", "elementwise_s", "engine_s", "optimizer_s", "autograd_s",
+                        "comm_exposed_s", "overhead_s"}) {
     const double v = p.at(k).get<double>();
     std::string name(k);
     name.resize(name.size() - 2);
