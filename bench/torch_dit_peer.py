@@ -14,11 +14,9 @@ the DiT's training step only, so its losses are not comparable with zeroshard's,
 zeroshard's step also contains the towers (reported as towers_s). Same optimizer, schedule,
 clipping, micro-batch and accumulation as the run's config.json.
 """
-import argparse
 import datetime
 import json
 import os
-import resource
 import statistics
 import sys
 
@@ -100,9 +98,7 @@ def run_rank(args):
     records = torch_peer.train_steps(args, model, t, steps, f"torch_dit_{args.mode}",
                                      lambda ddp, s, mi: ddp(*batches[s - 1][mi]))
 
-    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024], dtype=torch.int64)
-    all_rss = [torch.zeros_like(rss) for _ in range(world)]
-    dist.all_gather(all_rss, rss)
+    all_rss = torch_peer.rss_per_rank()
     if rank == 0:
         timed = records[torch_peer.warmup_steps(args, steps):]
         med = statistics.median(r["step_time_s"] for r in timed)
@@ -110,11 +106,9 @@ def run_rank(args):
         summary = {"peer": f"torch_dit_{args.mode}", "precision": "bf16" if args.bf16 else "fp32", "summary": True,
                    "mode": args.mode, "world_size": world, "steps": steps, "images_per_step": images, "median_step_time_s": med,
                    "images_per_s": images / med, "median_optimizer_s": statistics.median(r["optimizer_s"] for r in timed),
-                   "rss_peak_bytes_per_rank": [int(x.item()) for x in all_rss],
+                   "rss_peak_bytes_per_rank": all_rss,
                    "num_params": sum(p.numel() for p in model.parameters())}
-        with open(args.out, "a") as f:
-            for r in records + [summary]:
-                f.write(json.dumps(r) + "\n")
+        torch_peer.append_results(args.out, records, summary)
         print(f"[{summary['peer']}/{summary['precision']}] median step {med * 1e3:.1f} ms, {images / med:.2f} images/s",
               flush=True)
     dist.barrier()
@@ -122,27 +116,7 @@ def run_rank(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mode", required=True, choices=["ddp", "zero"])
-    ap.add_argument("--run-dir", required=True, help="a zeroshard flux run directory (config.json, init.safetensors)")
-    ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=0, help="optimizer steps (default: the config's train.steps)")
-    ap.add_argument("--warmup", type=int, default=-1, help="first steps left out of the median (default 2 if > 4 steps)")
-    ap.add_argument("--out", required=True, help="JSONL results file (appended to by rank 0)")
-    ap.add_argument("--bf16", action="store_true", help="forward and loss under torch.autocast('cpu', bfloat16)")
-    ap.add_argument("--timeout", type=float, default=3600)
-    ap.add_argument("--quiet", action="store_true")
-    args = ap.parse_args()
-    try:
-        if "RANK" in os.environ:
-            run_rank(args)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)  # see torch_peer.py: gloo threads can abort interpreter teardown
-        return torch_peer.launch(args, check=validate, script=__file__)
-    except torch_peer.InputError as e:
-        print(f"torch_dit_peer: error: {e}", file=sys.stderr)
-        return 2
+    return torch_peer.peer_main(__doc__, run_rank, validate, __file__, "torch_dit_peer")
 
 
 if __name__ == "__main__":

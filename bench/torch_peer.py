@@ -350,6 +350,25 @@ def train_steps(args, model, t, steps, peer, micro_loss):
     return records
 
 
+def rss_per_rank():
+    """Every rank's peak RSS in bytes, in rank order (a collective: every rank calls it)."""
+    import torch
+    import torch.distributed as dist
+
+    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024], dtype=torch.int64)
+    all_rss = [torch.zeros_like(rss) for _ in range(dist.get_world_size())]
+    dist.all_gather(all_rss, rss)
+    return [int(x.item()) for x in all_rss]
+
+
+def append_results(path, records, summary):
+    """Appends the per-step records and the summary to the JSONL file `path` (rank 0 only)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as f:
+        for r in records + [summary]:
+            f.write(json.dumps(r) + "\n")
+
+
 def run_rank(args):
     import torch
     import torch.distributed as dist
@@ -380,9 +399,7 @@ def run_rank(args):
     prec = "bf16" if args.bf16 else "fp32"
     peer = f"torch_{args.mode}"
 
-    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024], dtype=torch.int64)
-    all_rss = [torch.zeros_like(rss) for _ in range(world)]
-    dist.all_gather(all_rss, rss)
+    all_rss = rss_per_rank()
     if rank == 0:
         times = [r["step_time_s"] for r in records]
         timed = times[warmup_steps(args, steps):]
@@ -392,13 +409,10 @@ def run_rank(args):
                    "world_size": world, "steps": steps, "tokens_per_step": tokens,
                    "median_step_time_s": med, "tokens_per_s": tokens / med if med > 0 else None,
                    "median_optimizer_s": statistics.median(r["optimizer_s"] for r in records[warmup_steps(args, steps):]),
-                   "rss_peak_bytes_per_rank": [int(x.item()) for x in all_rss],
+                   "rss_peak_bytes_per_rank": all_rss,
                    "loss_at": {str(k): records[k - 1]["loss"] for k in sorted({1, 10, 30, steps})
                                if k <= steps}}
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "a") as f:
-            for r in records + [summary]:
-                f.write(json.dumps(r) + "\n")
+        append_results(args.out, records, summary)
         print(f"[{peer}/{prec}] median step {med * 1e3:.1f} ms, {summary['tokens_per_s']:.0f} tok/s, "
               f"rss {summary['rss_peak_bytes_per_rank']} -> appended {len(records) + 1} lines to {args.out}",
               flush=True)
@@ -449,11 +463,10 @@ def launch(args, check=None, script=None):
     return 1
 
 
-def main():
-    ap = argparse.ArgumentParser(
-        description="PyTorch DDP / ZeRO-1 reference peer for zeroshard (CPU, gloo). Trains the "
-                    "model described by RUN_DIR/config.json from RUN_DIR/init.safetensors on "
-                    "RUN_DIR/batches.rank{r}.bin and appends JSON lines to --out.")
+def peer_main(description, run_rank, check, script, name):
+    """The command line every peer shares: spawns the ranks (after check(args)) or, inside a rank
+    (RANK set), runs run_rank(args). Bad inputs exit 2 with the message, prefixed by `name`."""
+    ap = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", required=True, choices=["ddp", "zero"],
                     help="ddp: DDP + AdamW; zero: DDP + ZeroRedundancyOptimizer(AdamW)")
     ap.add_argument("--run-dir", required=True, help="zeroshard run directory")
@@ -480,10 +493,16 @@ def main():
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
-        return launch(args)
+        return launch(args, check=check, script=script)
     except InputError as e:
-        print(f"torch_peer: error: {e}", file=sys.stderr)
+        print(f"{name}: error: {e}", file=sys.stderr)
         return 2
+
+
+def main():
+    return peer_main("PyTorch DDP / ZeRO-1 reference peer for zeroshard (CPU, gloo). Trains the model described by "
+                     "RUN_DIR/config.json from RUN_DIR/init.safetensors on RUN_DIR/batches.rank{r}.bin and appends "
+                     "JSON lines to --out.", run_rank, validate, __file__, "torch_peer")
 
 
 if __name__ == "__main__":

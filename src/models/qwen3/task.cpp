@@ -97,18 +97,22 @@ class QwenTask : public train::Task {
     return 4.0 * weights + 6.0 * nn::active_lora_parameters(*model_, c.num_experts_per_tok, c.num_experts) + scores;
   }
 
+  // Per micro-batch, int64 [micro_batch_size, seq_len] each: input ids, labels (-100: no
+  // target), segment ids (0: padding) and position ids — what the model and the loss read, so a
+  // peer (bench/torch_qwen3_peer.py) trains on exactly these batches.
   void dump_batches(const std::string& path, int64_t steps) const override {
     std::ofstream out(path, std::ios::binary);
     for (int64_t s = 0; s < steps; ++s) {
       fill_step(s);
       for (int64_t m = 0; m < cfg_.train.grad_accum; ++m) {
-        const int64_t first = (m * world_ + rank_) * cfg_.train.micro_batch_size;
-        for (int64_t j = 0; j < cfg_.train.micro_batch_size; ++j) {
-          const auto& ids = step_samples_[static_cast<size_t>(first + j)].ids;
-          out.write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(ids.size() * sizeof(int64_t)));
+        const int64_t mb = cfg_.train.micro_batch_size;
+        const Batch b = batch(step_samples_, (m * world_ + rank_) * mb, mb);
+        for (const at::Tensor& t : {b.inputs.input_ids, b.labels, b.segments, b.positions}) {
+          out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
         }
       }
     }
+    if (!out) throw std::runtime_error(path + ": cannot write the dumped batches");
   }
 
   nlohmann::json finish_step(Communicator& comm) override {
@@ -177,6 +181,8 @@ class QwenTask : public train::Task {
   struct Batch {
     Inputs inputs;
     at::Tensor labels;          // [mb, L]: target id or -100
+    at::Tensor segments;        // [mb, L]: 0 padding, 1, 2, ... packed sequences
+    at::Tensor positions;       // [mb, L]: position ids (restart in each packed sequence)
     at::Tensor attention_mask;  // [mb, L] real tokens (undefined: all real)
   };
 
@@ -280,6 +286,8 @@ class QwenTask : public train::Task {
     Batch b;
     b.inputs.input_ids = ids.narrow(1, 0, L).contiguous();
     b.labels = labels;
+    b.segments = segments;
+    b.positions = positions;
     // Packed conversations: positions restart and attention stays inside each. A single
     // conversation followed by padding needs neither (the padding comes after every real token).
     if (!one_segment) {
