@@ -21,7 +21,7 @@ earlier runs):
           zeroshard's step holds the frozen towers too (towers_s), the DiT part is beside it.
   memory  the LM at W = 1, 2, 4, every strategy, fp32: model-state bytes per rank beside the
           ZeRO formula, gathered peak, step peak tensor bytes, peak RSS.
-  qwen3   (not in the default list: ~25 min where the GEMM is slow) Qwen3-0.6B's widths and
+  qwen3   (not in the default list; 1,047 s at 8 layers on a 2-core machine) Qwen3-0.6B's widths and
           vocabulary at --qwen3-layers of its 28 layers, on the licence texts with Qwen3's own
           tokenizer: zeroshard no_shard and optim_grads_params in fp32 and bf16 beside PyTorch DDP
           fp32 and bf16 autocast (bench/torch_qwen3_peer.py), same weights and batches.
