@@ -162,6 +162,14 @@ def table_runs(rows, item, peak=None, flops=None):
     return "\n".join(lines)
 
 
+def loss_agreement(runs):
+    """The sentence comparing zeroshard no_shard's fp32 losses with PyTorch DDP's, step by step."""
+    ours, theirs = runs[("zeroshard no_shard", "fp32")]["losses"], runs[("torch DDP", "fp32")]["losses"]
+    diff = max(abs(ours[s] - theirs[s]) / abs(theirs[s]) for s in theirs)
+    return (f"Loss agreement, zeroshard no_shard fp32 vs PyTorch DDP fp32 over {len(theirs)} steps: max relative "
+            f"difference {diff:.2e}.")
+
+
 def verdict(name, value, op, target):
     ok = value <= target if op == "<=" else value >= target
     if ok:
@@ -225,15 +233,13 @@ def section_lm(args, res):
     flops = lm_flops_per_step(base["config"], args.nproc)
     peak = res.get("peak", {}).get("mfu_denominator")
     ddp32 = runs[("torch DDP", "fp32")]
-    loss_diff = max(abs(base["losses"][s] - ddp32["losses"][s]) / abs(ddp32["losses"][s]) for s in ddp32["losses"])
     z3b, z3f = runs[("zeroshard optim_grads_params", "bf16")], runs[("zeroshard optim_grads_params", "fp32")]
     text = [f"Model: {cfg}, {base['num_params']:,} parameters, {args.nproc} ranks, "
             f"{base['items_per_step']:.0f} tokens per step, {args.steps} steps (PyTorch bf16: {args.peer_bf16_steps}), "
             f"median after {args.warmup} warm-up steps; {flops / 1e9:.0f} GFLOP per step.",
             "", table_runs(rows, "tokens", peak, flops if peak else None), "",
-            f"Loss agreement, zeroshard no_shard fp32 vs PyTorch DDP fp32 over {len(ddp32['losses'])} steps: max relative "
-            f"difference {loss_diff:.2e}.",
-            f"Communication per step and rank (bytes sent): " + ", ".join(
+            loss_agreement(runs),
+            "Communication per step and rank (bytes sent): " + ", ".join(
                 f"{name.split()[1]} {prec} {r['comm_mb_per_step']:.0f} MB" for (name, prec), r in runs.items()
                 if name.startswith("zeroshard")) + ".", "", "Targets:",
             verdict("optim_grads_params bf16 / DDP bf16 autocast (step time)", z3b["step_s"] / runs[("torch DDP", "bf16")]["step_s"], "<=", 0.8),
@@ -281,15 +287,15 @@ def section_qwen3(args, res):
     base = runs[("zeroshard no_shard", "fp32")]
     flops = qwen3_flops_per_step(base["config"], args.nproc)
     peak = res.get("peak", {}).get("mfu_denominator")
-    ddp32 = runs[("torch DDP", "fp32")]
-    loss_diff = max(abs(base["losses"][s] - ddp32["losses"][s]) / abs(ddp32["losses"][s]) for s in ddp32["losses"])
-    text = [f"Model: {cfg} with {args.qwen3_layers} of its 28 layers (hidden 1024, 16 / 8 heads of 128, FFN 3072, the "
-            f"151,936-row tied embedding), {base['num_params']:,} parameters, {args.nproc} ranks, "
+    m = base["config"]["model"]
+    text = [f"Model: {cfg} with {m['num_hidden_layers']} of its 28 layers (hidden {m['hidden_size']}, "
+            f"{m['num_attention_heads']} / {m['num_key_value_heads']} heads of {m['head_dim']}, FFN {m['intermediate_size']}, "
+            f"the {m['vocab_size']:,}-row {'tied ' if m['tie_word_embeddings'] else ''}embedding), "
+            f"{base['num_params']:,} parameters, {args.nproc} ranks, "
             f"{base['items_per_step']:.0f} tokens per step, {args.steps} steps (PyTorch bf16: {args.peer_bf16_steps}), "
             f"median after {args.warmup} warm-up steps; {flops / 1e9:.0f} GFLOP per step.",
             "", table_runs(rows, "tokens", peak, flops if peak else None), "",
-            f"Loss agreement, zeroshard no_shard fp32 vs PyTorch DDP fp32 over {len(ddp32['losses'])} steps: max relative "
-            f"difference {loss_diff:.2e}.", "", "Targets:"]
+            loss_agreement(runs), "", "Targets:"]
     for prec in ("fp32", "bf16"):
         z3, ns = runs[("zeroshard optim_grads_params", prec)], runs[("zeroshard no_shard", prec)]
         text.append(verdict(f"optim_grads_params / no_shard, {prec}", z3["step_s"] / ns["step_s"], "<=", 1.05))

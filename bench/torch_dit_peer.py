@@ -17,7 +17,6 @@ clipping, micro-batch and accumulation as the run's config.json.
 import datetime
 import json
 import os
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,8 +60,7 @@ def run_rank(args):
     import torch.distributed as dist
     import reference_flux
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    rank, world = torch_peer.start_rank()
     cfg, dit_cfg, shapes = load(args.run_dir)
     t = cfg["train"]
     steps = args.steps or t["steps"]
@@ -98,18 +96,12 @@ def run_rank(args):
     records = torch_peer.train_steps(args, model, t, steps, f"torch_dit_{args.mode}",
                                      lambda ddp, s, mi: ddp(*batches[s - 1][mi]))
 
-    all_rss = torch_peer.rss_per_rank()
+    summary = torch_peer.summarize(args, records, f"torch_dit_{args.mode}", steps, "images", world * ga * B,
+                                   num_params=sum(p.numel() for p in model.parameters()))
     if rank == 0:
-        timed = records[torch_peer.warmup_steps(args, steps):]
-        med = statistics.median(r["step_time_s"] for r in timed)
-        images = world * ga * B
-        summary = {"peer": f"torch_dit_{args.mode}", "precision": "bf16" if args.bf16 else "fp32", "summary": True,
-                   "mode": args.mode, "world_size": world, "steps": steps, "images_per_step": images, "median_step_time_s": med,
-                   "images_per_s": images / med, "median_optimizer_s": statistics.median(r["optimizer_s"] for r in timed),
-                   "rss_peak_bytes_per_rank": all_rss,
-                   "num_params": sum(p.numel() for p in model.parameters())}
         torch_peer.append_results(args.out, records, summary)
-        print(f"[{summary['peer']}/{summary['precision']}] median step {med * 1e3:.1f} ms, {images / med:.2f} images/s",
+        print(f"[{summary['peer']}/{summary['precision']}] median step {summary['median_step_time_s'] * 1e3:.1f} ms, "
+              f"{summary['images_per_s']:.2f} images/s",
               flush=True)
     dist.barrier()
     dist.destroy_process_group()

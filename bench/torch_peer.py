@@ -139,7 +139,12 @@ def expected_shapes(m):
 
 
 def check_weights(path, tensors, m):
-    exp = expected_shapes(m)
+    check_shapes(path, tensors, expected_shapes(m))
+
+
+def check_shapes(path, tensors, exp):
+    """Raises InputError naming `path` unless `tensors` ({name: (shape, data)}) holds exactly the
+    names of `exp` ({name: shape}) with those shapes."""
     missing = sorted(set(exp) - set(tensors))
     extra = sorted(set(tensors) - set(exp))
     bad = [f"{k}: file {tensors[k][0]} vs expected {exp[k]}" for k in exp
@@ -350,6 +355,32 @@ def train_steps(args, model, t, steps, peer, micro_loss):
     return records
 
 
+def start_rank():
+    """Inside a spawned rank: (rank, world) from the launcher's environment, and this rank's
+    share of the cores as torch's intra-op threads."""
+    import torch
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    return rank, world
+
+
+def summarize(args, records, peer, steps, item, per_step, **extra):
+    """The summary line every peer writes after its per-step records (a collective: every rank
+    calls it, for the peak RSS): median step and optimizer time after the warm-up steps,
+    `item`s per step and per second, peak RSS per rank, and `extra`."""
+    import torch.distributed as dist
+
+    all_rss = rss_per_rank()
+    timed = records[warmup_steps(args, steps):]
+    med = statistics.median(r["step_time_s"] for r in timed)
+    return {"peer": peer, "precision": "bf16" if args.bf16 else "fp32", "summary": True, "mode": args.mode,
+            "world_size": dist.get_world_size(), "steps": steps, f"{item}_per_step": per_step,
+            "median_step_time_s": med, f"{item}_per_s": per_step / med if med > 0 else None,
+            "median_optimizer_s": statistics.median(r["optimizer_s"] for r in timed),
+            "rss_peak_bytes_per_rank": all_rss, **extra}
+
+
 def rss_per_rank():
     """Every rank's peak RSS in bytes, in rank order (a collective: every rank calls it)."""
     import torch
@@ -373,8 +404,7 @@ def run_rank(args):
     import torch
     import torch.distributed as dist
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    rank, world = start_rank()
     cfg = load_config(args.run_dir)
     m, t = cfg["model"], cfg["train"]
     steps = args.steps or t["steps"]
@@ -399,21 +429,11 @@ def run_rank(args):
     prec = "bf16" if args.bf16 else "fp32"
     peer = f"torch_{args.mode}"
 
-    all_rss = rss_per_rank()
+    summary = summarize(args, records, peer, steps, "tokens", world * ga * mbs * T,
+                        loss_at={str(k): records[k - 1]["loss"] for k in sorted({1, 10, 30, steps}) if k <= steps})
     if rank == 0:
-        times = [r["step_time_s"] for r in records]
-        timed = times[warmup_steps(args, steps):]
-        med = statistics.median(timed)
-        tokens = world * ga * mbs * T
-        summary = {"peer": peer, "precision": prec, "summary": True, "mode": args.mode,
-                   "world_size": world, "steps": steps, "tokens_per_step": tokens,
-                   "median_step_time_s": med, "tokens_per_s": tokens / med if med > 0 else None,
-                   "median_optimizer_s": statistics.median(r["optimizer_s"] for r in records[warmup_steps(args, steps):]),
-                   "rss_peak_bytes_per_rank": all_rss,
-                   "loss_at": {str(k): records[k - 1]["loss"] for k in sorted({1, 10, 30, steps})
-                               if k <= steps}}
         append_results(args.out, records, summary)
-        print(f"[{peer}/{prec}] median step {med * 1e3:.1f} ms, {summary['tokens_per_s']:.0f} tok/s, "
+        print(f"[{peer}/{prec}] median step {summary['median_step_time_s'] * 1e3:.1f} ms, {summary['tokens_per_s']:.0f} tok/s, "
               f"rss {summary['rss_peak_bytes_per_rank']} -> appended {len(records) + 1} lines to {args.out}",
               flush=True)
     dist.barrier()

@@ -23,7 +23,6 @@ import datetime
 import json
 import math
 import os
-import statistics
 import sys
 
 import numpy as np
@@ -81,12 +80,7 @@ def expected_shapes(m):
 
 
 def check_weights(path, tensors, m):
-    exp = expected_shapes(m)
-    missing, extra = sorted(set(exp) - set(tensors)), sorted(set(tensors) - set(exp))
-    bad = [f"{k}: file {tensors[k][0]} vs expected {exp[k]}" for k in exp if k in tensors and list(tensors[k][0]) != exp[k]]
-    if missing or extra or bad:
-        raise InputError(f"{path}: weights do not match config.json's model (missing={missing[:5]}, "
-                         f"unexpected={extra[:5]}, shape mismatches={bad[:5]})")
+    torch_peer.check_shapes(path, tensors, expected_shapes(m))
 
 
 def read_batches(run_dir, rank, t, steps, vocab):
@@ -218,8 +212,7 @@ def run_rank(args):
     import torch
     import torch.distributed as dist
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    rank, world = torch_peer.start_rank()
     cfg = load_config(args.run_dir)
     m, t = cfg["model"], cfg["train"]
     steps = args.steps or t["steps"]
@@ -227,13 +220,12 @@ def run_rank(args):
     wpath = os.path.join(args.run_dir, "init.safetensors")
     tensors = torch_peer.read_safetensors(wpath)
     check_weights(wpath, tensors, m)
-    mine = torch.from_numpy(read_batches(args.run_dir, rank, t, steps, m["vocab_size"]))
     # Each micro-batch's loss is scaled so that the W x grad_accum micro-batches average to the
     # mean over the step's targets (of every rank's batches).
-    step_targets = np.zeros(t["steps"], dtype=np.int64)
-    for r in range(world):
-        data = read_batches(args.run_dir, r, t, steps, m["vocab_size"])
-        step_targets += (data[:, :, 1] != -100).reshape(t["steps"], -1).sum(1)
+    every = [read_batches(args.run_dir, r, t, steps, m["vocab_size"]) for r in range(world)]
+    step_targets = sum((data[:, :, 1] != -100).reshape(t["steps"], -1).sum(1) for data in every)
+    mine = torch.from_numpy(every[rank])
+    del every
     per_micro = [max(1, int(n)) / (world * ga) for n in step_targets]
 
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=600))
@@ -247,18 +239,12 @@ def run_rank(args):
         return ddp(ids, labels, segments, positions, per_micro[s - 1])
 
     records = torch_peer.train_steps(args, model, t, steps, peer, micro_loss)
-    all_rss = torch_peer.rss_per_rank()
+    summary = torch_peer.summarize(args, records, peer, steps, "tokens", world * ga * mbs * T,
+                                   num_params=sum(p.numel() for p in model.parameters()))
     if rank == 0:
-        timed = records[torch_peer.warmup_steps(args, steps):]
-        med = statistics.median(r["step_time_s"] for r in timed)
-        tokens = world * ga * mbs * T
-        summary = {"peer": peer, "precision": "bf16" if args.bf16 else "fp32", "summary": True, "mode": args.mode,
-                   "world_size": world, "steps": steps, "tokens_per_step": tokens, "median_step_time_s": med,
-                   "tokens_per_s": tokens / med, "median_optimizer_s": statistics.median(r["optimizer_s"] for r in timed),
-                   "rss_peak_bytes_per_rank": all_rss,
-                   "num_params": sum(p.numel() for p in model.parameters())}
         torch_peer.append_results(args.out, records, summary)
-        print(f"[{peer}/{summary['precision']}] median step {med:.3f} s, {tokens / med:.1f} tokens/s, "
+        print(f"[{peer}/{summary['precision']}] median step {summary['median_step_time_s']:.3f} s, "
+              f"{summary['tokens_per_s']:.1f} tokens/s, "
               f"rss {summary['rss_peak_bytes_per_rank']}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
