@@ -82,6 +82,37 @@ struct MatmulViaFp32 : torch::autograd::Function<MatmulViaFp32> {
   }
 };
 
+// y = x w^T without bias in libtorch's own products (fp32, fp64, or bf16 with the native
+// kernel), with the weight's gradient returned as a new [out, in] tensor. at::linear's backward
+// hands it out as the transpose of a transposed product, a view autograd will not add into: where
+// one weight has two uses (a head tied to its embedding) the sparse rows of the second were summed
+// out of place, a second [vocab, hidden] tensor per micro-batch. Here autograd adds them in place.
+// Every product is the call at::linear's forward and backward make, with the same operands and
+// strides, so the bits are the same.
+struct LinearOwnWeightGrad : torch::autograd::Function<LinearOwnWeightGrad> {
+  static bool applies(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    return !b.defined() && at::isFloatingType(x.scalar_type()) && x.scalar_type() == w.scalar_type() && x.dim() >= 2 &&
+           x.is_contiguous() && w.dim() == 2 && w.is_contiguous() && w.size(0) > 1 && w.size(1) > 1 &&
+           x.numel() > 0 && x.size(-1) == w.size(1);
+  }
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
+    ctx->save_for_backward({x, w});
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = w.size(0);
+    // Not a view (as at::matmul's own reshape): callers may modify the output in place.
+    return at::_unsafe_view(at::mm(x.reshape({-1, w.size(1)}), w.t()), shape);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1];
+    const at::Tensor g = grads[0].reshape({-1, w.size(0)});
+    at::Tensor gx, gw;
+    if (ctx->needs_input_grad(0)) gx = at::_unsafe_view(at::mm(g, w), x.sizes());
+    if (ctx->needs_input_grad(1)) gw = at::mm(g.t(), x.reshape({-1, w.size(1)}));
+    return {gx, gw};
+  }
+};
+
 // Conv2d and Conv3d (the image and video VAEs, patch embeddings): the spatial rank follows the
 // weight; dilation 1, one group.
 struct ConvViaFp32 : torch::autograd::Function<ConvViaFp32> {
@@ -163,7 +194,10 @@ Bf16Matmul resolved_bf16_matmul() {
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  if (!via_fp32(x, w)) return at::linear(x, w, b);
+  if (!via_fp32(x, w)) {
+    if (builds_graph({x, w}) && LinearOwnWeightGrad::applies(x, w, b)) return LinearOwnWeightGrad::apply(x, w);
+    return at::linear(x, w, b);
+  }
   if (!builds_graph({x, w, b})) return LinearViaFp32::run(x, w, b);
   return LinearViaFp32::apply(x, w, bias_arg(b, w))[0];
 }

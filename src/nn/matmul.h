@@ -1,7 +1,9 @@
 // The zoo's matrix products — linear layers, batched matmuls (attention), 3-D convolutions —
 // in one place, so that bf16 compute runs at the speed the CPU offers.
 //
-// fp32 tensors go straight to libtorch. For bf16 tensors there are two kernels:
+// fp32 tensors go to libtorch's products (a linear layer without bias through an autograd
+// function of our own with libtorch's bits: its weight gradient is a tensor autograd can add a
+// tied embedding's rows into, src/nn/matmul.cpp). For bf16 tensors there are two kernels:
 //  - native: libtorch's bf16 kernels (oneDNN). Fast where the CPU has bf16 dot-product
 //    instructions (AVX512-BF16, AMX); on a CPU without them libtorch 1.13 falls back to a
 //    scalar loop, measured 40-85x slower than fp32 here (docs/benchmarks.md).

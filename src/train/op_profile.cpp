@@ -18,6 +18,14 @@ std::string fixed(double v, int digits) {
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
+// The innermost three scopes around an operator, outermost first ("a < b < c"): what called it.
+template <typename Stack>
+std::string caller_chain(const Stack& stack) {
+  std::string chain;
+  const size_t from = stack.size() > 3 ? stack.size() - 3 : 0;
+  for (size_t i = from; i < stack.size(); ++i) chain += std::string(chain.empty() ? "" : " < ") + stack[i].push->name();
+  return chain.empty() ? "(top level)" : chain;
+}
 }  // namespace
 
 OpProfile::OpProfile() {
@@ -35,7 +43,7 @@ nlohmann::json OpProfile::finish(double step_s, double comm_exposed_s) {
   running_ = false;
   static const std::set<std::string> kGemm = {"aten::mm",  "aten::addmm", "aten::bmm", "aten::baddbmm",
                                               "aten::addmv", "aten::mv",  "aten::dot"};
-  std::map<std::string, double> by_class, by_op;  // seconds
+  std::map<std::string, double> by_class, by_op, copy_by_caller;  // seconds
   struct Open {
     const prof::LegacyEvent* push;
     double children_us = 0;
@@ -64,6 +72,7 @@ nlohmann::json OpProfile::finish(double step_s, double comm_exposed_s) {
         }
         by_class[klass] += self;
         by_op[op] += self;
+        if (op == "aten::copy_") copy_by_caller[caller_chain(stack)] += self;
       }
     }
   }
@@ -82,6 +91,7 @@ nlohmann::json OpProfile::finish(double step_s, double comm_exposed_s) {
     return v;
   };
   out["top_ops"] = top(by_op);
+  out["copy_callers"] = top(copy_by_caller);
   return out;
 }
 

@@ -1,7 +1,8 @@
 // The bf16 product kernels of src/nn/matmul.h: via_fp32 computes what a bf16 GEMM with fp32
 // accumulation computes (checked against the fp32 product of the same bf16 operands, and
 // against libtorch's native bf16 kernels), its gradients match fp32 autograd, and its graph
-// keeps bf16 operands only (counted at the allocator).
+// keeps bf16 operands only (counted at the allocator). A linear layer without bias keeps
+// libtorch's bits in every dtype while its weight gradient takes a tied embedding's rows in place.
 #include "nn/matmul.h"
 #include "util/tensor_memory.h"
 
@@ -104,4 +105,64 @@ TEST(Bf16Matmul, ViaFp32KeepsOnlyTheBf16OperandsForBackward) {
   EXPECT_EQ(kept, 2 * 256 * 512 * 2);
   y.to(torch::kFloat).sum().backward();
   EXPECT_TRUE(x.grad().defined() && w.grad().defined());
+}
+
+// nn::linear without bias in libtorch's own products (fp32, fp64, bf16 native): libtorch's bits,
+// and a weight gradient autograd can add a tied embedding's sparse rows into.
+TEST(Bf16Matmul, LinearWithoutBiasIsLibtorchsBitwiseAndATiedHeadsRowsAreAddedInPlace) {
+  util::track_tensor_memory();
+  KernelScope scope(nn::Bf16Matmul::Native);
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat, torch::kDouble}) {
+    const std::string name = c10::toString(dtype);
+    auto randn = [dtype](std::vector<int64_t> shape, uint64_t seed) { return bf16_randn(std::move(shape), seed).to(dtype); };
+    // Output and both gradients bitwise those of torch::linear's autograd: 3-D and 2-D inputs, a
+    // trainable and a frozen weight.
+    struct Case {
+      std::vector<int64_t> x;
+      int64_t out;
+      bool weight_grad;
+    };
+    for (const Case& c : {Case{{3, 7, 64}, 48, true}, Case{{5, 64}, 40, false}}) {
+      const auto x0 = randn(c.x, 31), w0 = randn({c.out, c.x.back()}, 32);
+      auto x1 = x0.clone().requires_grad_(true), w1 = w0.clone().requires_grad_(c.weight_grad);
+      auto x2 = x0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(c.weight_grad);
+      auto y1 = nn::linear(x1, w1), y2 = torch::linear(x2, w2);
+      EXPECT_TRUE(torch::equal(y1, y2)) << name;
+      // The output is a tensor of its own: autograd lets a caller modify it in place.
+      y1.mul_(2);
+      y2.mul_(2);
+      const auto upstream = randn(y1.sizes().vec(), 33);
+      y1.backward(upstream);
+      y2.backward(upstream);
+      EXPECT_TRUE(torch::equal(x1.grad(), x2.grad())) << name;
+      if (c.weight_grad) {
+        EXPECT_TRUE(torch::equal(w1.grad(), w2.grad())) << name;
+      } else {
+        EXPECT_FALSE(w1.grad().defined()) << name;
+      }
+    }
+    // A head tied to its embedding (sparse rows): the same summed gradient, and no second
+    // [vocab, hidden] tensor while backward adds the two (torch::linear's weight gradient is a
+    // view autograd will not add into, so it sums out of place).
+    const int64_t V = 4096, D = 64, T = 32;
+    const auto w0 = randn({V, D}, 34);
+    const auto ids = torch::randint(V, {1, T});
+    const auto upstream = randn({1, T, V}, 35);
+    auto backward_peak = [&](bool ours, torch::Tensor* grad) {
+      auto w = w0.clone().requires_grad_(true);
+      const auto h = torch::embedding(w, ids, -1, false, /*sparse=*/true);
+      const auto y = ours ? nn::linear(h, w) : torch::linear(h, w);
+      const int64_t live = util::live_tensor_bytes();
+      util::reset_peak_tensor_bytes();
+      y.backward(upstream);
+      *grad = w.grad();
+      return util::peak_tensor_bytes() - live;
+    };
+    torch::Tensor g_ours, g_torch;
+    const int64_t peak_ours = backward_peak(true, &g_ours), peak_torch = backward_peak(false, &g_torch);
+    EXPECT_TRUE(torch::equal(g_ours, g_torch)) << name;
+    const int64_t table = V * D * static_cast<int64_t>(c10::elementSize(dtype));  // one [vocab, hidden] tensor
+    EXPECT_LT(peak_ours, 2 * table) << name << "; torch::linear: " << peak_torch << " B";
+    EXPECT_GE(peak_torch, 2 * table) << name << "; ours: " << peak_ours << " B";
+  }
 }
