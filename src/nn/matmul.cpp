@@ -90,13 +90,20 @@ struct MatmulViaFp32 : torch::autograd::Function<MatmulViaFp32> {
 // Every product is the call at::linear's forward and backward make, with the same operands and
 // strides, so the bits are the same.
 struct LinearOwnWeightGrad : torch::autograd::Function<LinearOwnWeightGrad> {
+  // Strided fp32, fp64 or bf16 operands; x contiguous with at least two rows (a single row can
+  // carry column-major strides, for which libtorch's backward takes another product), w
+  // contiguous [out > 1, in > 1].
   static bool applies(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-    return !b.defined() && at::isFloatingType(x.scalar_type()) && x.scalar_type() == w.scalar_type() && x.dim() >= 2 &&
-           x.is_contiguous() && w.dim() == 2 && w.is_contiguous() && w.size(0) > 1 && w.size(1) > 1 &&
-           x.numel() > 0 && x.size(-1) == w.size(1);
+    const auto t = x.scalar_type();
+    return !b.defined() && (t == at::kFloat || t == at::kDouble || t == at::kBFloat16) && w.scalar_type() == t &&
+           x.layout() == at::kStrided && w.layout() == at::kStrided && x.dim() >= 2 && w.dim() == 2 &&
+           x.is_contiguous() && w.is_contiguous() && w.size(0) > 1 && w.size(1) > 1 && x.size(-1) == w.size(1) &&
+           x.numel() >= 2 * x.size(-1);
   }
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
-    ctx->save_for_backward({x, w});
+    // Kept as libtorch's product keeps them: x only for the weight's gradient, w only for x's.
+    ctx->save_for_backward({w.requires_grad() ? x : at::Tensor(), x.requires_grad() ? w : at::Tensor()});
+    ctx->saved_data["x_sizes"] = x.sizes().vec();
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = w.size(0);
     // Not a view (as at::matmul's own reshape): callers may modify the output in place.
@@ -105,10 +112,11 @@ struct LinearOwnWeightGrad : torch::autograd::Function<LinearOwnWeightGrad> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &w = saved[1];
-    const at::Tensor g = grads[0].reshape({-1, w.size(0)});
+    const std::vector<int64_t> x_sizes = ctx->saved_data["x_sizes"].toIntVector();
+    const at::Tensor g = grads[0].reshape({-1, grads[0].size(-1)});
     at::Tensor gx, gw;
-    if (ctx->needs_input_grad(0)) gx = at::_unsafe_view(at::mm(g, w), x.sizes());
-    if (ctx->needs_input_grad(1)) gw = at::mm(g.t(), x.reshape({-1, w.size(1)}));
+    if (ctx->needs_input_grad(0)) gx = at::_unsafe_view(at::mm(g, w), x_sizes);
+    if (ctx->needs_input_grad(1)) gw = at::mm(g.t(), x.reshape({-1, x.size(-1)}));
     return {gx, gw};
   }
 };

@@ -18,7 +18,8 @@ std::string fixed(double v, int digits) {
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
-// The innermost three scopes around an operator, outermost first ("a < b < c"): what called it.
+// The innermost (up to) three ranges around an operator — scopes, autograd nodes, other
+// operators — outermost first ("a < b < c"): what called it.
 template <typename Stack>
 std::string caller_chain(const Stack& stack) {
   std::string chain;

@@ -25,8 +25,9 @@ class OpProfile {
   // Stops recording, given the step's wall time and waited-for communication: {"step_s",
   // "gemm_s", "attention_s", "optimizer_s", "engine_s", "elementwise_s", "autograd_s",
   // "comm_exposed_s", "overhead_s" (the step's rest), "top_ops": [[name, self seconds], ...]
-  // (the 12 largest), "copy_callers": [[the three scopes around it, self seconds], ...] (where
-  // aten::copy_'s time went: casts, contiguous copies, gradient copies; the 12 largest)}.
+  // (the 12 largest), "copy_callers": [[the innermost (up to) three ranges around it, self
+  // seconds], ...] (where aten::copy_'s time went: casts, contiguous copies, gradient copies;
+  // the 12 largest)}.
   // Input shapes are not recorded: at real size their records cost gigabytes.
   nlohmann::json finish(double step_s, double comm_exposed_s);
   // One line: each kind's seconds and share of the step.

@@ -122,7 +122,7 @@ TEST(Bf16Matmul, LinearWithoutBiasIsLibtorchsBitwiseAndATiedHeadsRowsAreAddedInP
       int64_t out;
       bool weight_grad;
     };
-    for (const Case& c : {Case{{3, 7, 64}, 48, true}, Case{{5, 64}, 40, false}}) {
+    for (const Case& c : {Case{{3, 7, 64}, 48, true}, Case{{5, 64}, 40, false}, Case{{1, 64}, 40, true}}) {
       const auto x0 = randn(c.x, 31), w0 = randn({c.out, c.x.back()}, 32);
       auto x1 = x0.clone().requires_grad_(true), w1 = w0.clone().requires_grad_(c.weight_grad);
       auto x2 = x0.clone().requires_grad_(true), w2 = w0.clone().requires_grad_(c.weight_grad);
@@ -140,6 +140,21 @@ TEST(Bf16Matmul, LinearWithoutBiasIsLibtorchsBitwiseAndATiedHeadsRowsAreAddedInP
       } else {
         EXPECT_FALSE(w1.grad().defined()) << name;
       }
+    }
+    // A frozen weight keeps no input alive for backward, as libtorch's product does not.
+    {
+      const auto w = randn({48, 64}, 36);
+      const auto leaf = randn({256, 64}, 37).requires_grad_(true);
+      auto kept = [&](bool ours) {
+        const int64_t before = util::live_tensor_bytes();
+        torch::Tensor y;
+        {
+          const auto x = leaf * 2;  // an activation the caller drops
+          y = ours ? nn::linear(x, w) : torch::linear(x, w);
+        }
+        return util::live_tensor_bytes() - before;
+      };
+      EXPECT_EQ(kept(true), kept(false)) << name;
     }
     // A head tied to its embedding (sparse rows): the same summed gradient, and no second
     // [vocab, hidden] tensor while backward adds the two (torch::linear's weight gradient is a
