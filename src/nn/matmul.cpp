@@ -103,7 +103,6 @@ struct LinearOwnWeightGrad : torch::autograd::Function<LinearOwnWeightGrad> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
     // Kept as libtorch's product keeps them: x only for the weight's gradient, w only for x's.
     ctx->save_for_backward({w.requires_grad() ? x : at::Tensor(), x.requires_grad() ? w : at::Tensor()});
-    ctx->saved_data["x_sizes"] = x.sizes().vec();
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = w.size(0);
     // Not a view (as at::matmul's own reshape): callers may modify the output in place.
@@ -112,10 +111,13 @@ struct LinearOwnWeightGrad : torch::autograd::Function<LinearOwnWeightGrad> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &w = saved[1];
-    const std::vector<int64_t> x_sizes = ctx->saved_data["x_sizes"].toIntVector();
     const at::Tensor g = grads[0].reshape({-1, grads[0].size(-1)});
     at::Tensor gx, gw;
-    if (ctx->needs_input_grad(0)) gx = at::_unsafe_view(at::mm(g, w), x_sizes);
+    if (ctx->needs_input_grad(0)) {
+      std::vector<int64_t> x_sizes = grads[0].sizes().vec();  // the output's, at the input's width
+      x_sizes.back() = w.size(1);
+      gx = at::_unsafe_view(at::mm(g, w), x_sizes);
+    }
     if (ctx->needs_input_grad(1)) gw = at::mm(g.t(), x.reshape({-1, x.size(-1)}));
     return {gx, gw};
   }

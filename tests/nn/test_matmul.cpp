@@ -116,7 +116,7 @@ TEST(Bf16Matmul, LinearWithoutBiasIsLibtorchsBitwiseAndATiedHeadsRowsAreAddedInP
     const std::string name = c10::toString(dtype);
     auto randn = [dtype](std::vector<int64_t> shape, uint64_t seed) { return bf16_randn(std::move(shape), seed).to(dtype); };
     // Output and both gradients bitwise those of torch::linear's autograd: 3-D and 2-D inputs, a
-    // trainable and a frozen weight.
+    // trainable and a frozen weight, and a single row (left to torch::linear: see applies()).
     struct Case {
       std::vector<int64_t> x;
       int64_t out;
