@@ -15,16 +15,22 @@
 
 namespace {
 
-// libtorch allocates activations and gradients with malloc; glibc serves blocks above
-// 128 KiB with fresh mmaps that are zero-filled page by page on first touch and unmapped on
-// free. Training reallocates the same sizes every step, so that costs more than the math
-// (measured: 2.3 s -> 1.0 s per step on configs/llama/bench.yaml). Keep those blocks in the
-// heap instead, as a caching allocator would. ZEROSHARD_MALLOC_DEFAULT=1 opts out.
+// libtorch allocates activations, gradients and gathered parameters with malloc. glibc serves
+// blocks above its mmap threshold (at most 32 MiB) with fresh mmaps, unmapped on free, and
+// shrinks the heap when its free top grows past the trim threshold: either way the next block
+// of that size is new memory that the kernel zero-fills page by page on first touch. Training
+// reallocates the same sizes every step (a unit's fp32 gradient, the tied embedding's gathered
+// copy and gradient, the logits), so that costs more than the math: 2.3 s -> 1.0 s per step on
+// configs/llama/bench.yaml with the 32 MiB threshold, and, with every block kept in the heap
+// and the heap never trimmed, 23% -> 6% of the machine's cycles in the kernel's page clearing
+// at 8 layers of Qwen3-0.6B (docs/benchmarks.md). The heap then keeps its high-water mark for
+// reuse, as a caching allocator would; it goes back to the system when the process exits.
+// ZEROSHARD_MALLOC_DEFAULT=1 keeps glibc's defaults.
 void configure_allocator() {
   const char* opt_out = std::getenv("ZEROSHARD_MALLOC_DEFAULT");
   if (opt_out != nullptr && std::string(opt_out) == "1") return;
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's maximum on 64-bit
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_MMAP_MAX, 0);        // no block gets an mmap of its own: all come from the heap
+  mallopt(M_TRIM_THRESHOLD, -1);  // and the heap is never shrunk
 }
 
 }  // namespace

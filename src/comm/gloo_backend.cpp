@@ -187,6 +187,8 @@ class GlooCommunicator : public Communicator {
     TORCH_CHECK(input.numel() == output.numel() * world_, "reduce_scatter: input numel ", input.numel(),
                 " != world_size ", world_, " * output numel ", output.numel());
     TORCH_CHECK(input.scalar_type() == output.scalar_type(), "reduce_scatter: dtype mismatch");
+    // The ring writes partial sums into the output while later hops still read the input.
+    TORCH_CHECK(!output.is_alias_of(input), "reduce_scatter: the output shares storage with the input; pass a tensor of its own");
     return submit("reduce_scatter", [this, input, output] { ring_reduce_scatter("reduce_scatter", input, output); });
   }
 
@@ -355,7 +357,11 @@ class GlooCommunicator : public Communicator {
   }
 
   // Ring reduce-scatter: chunk c starts at rank c+1 and travels the ring, each rank adding
-  // its own contribution (partial + local), and ends complete at rank c.
+  // its own contribution (partial + local), and ends complete at rank c. The first hop's partial
+  // is received straight into the output (nothing is sent from there yet); later hops (W > 2)
+  // send the output while receiving, so their partial lands in a scratch buffer kept for the
+  // next call: a buffer allocated per call is fresh memory that the kernel zero-fills page by
+  // page as the socket writes it.
   void ring_reduce_scatter(const char* op, const at::Tensor& input, const at::Tensor& output) {
     const uint64_t slot = next_slot();
     const int64_t n = output.numel();
@@ -366,13 +372,16 @@ class GlooCommunicator : public Communicator {
     }
     if (n == 0) return;
     const int right = (rank_ + 1) % world_, left = (rank_ - 1 + world_) % world_;
-    at::Tensor recv = at::empty({n}, output.options());
+    if (world_ > 2 && (!scratch_.defined() || scratch_.nbytes() < chunk)) {
+      scratch_ = at::empty({static_cast<int64_t>(chunk)}, at::kByte);
+    }
     auto input_buf = context_->createUnboundBuffer(input.data_ptr(), chunk * world_);
     auto acc_buf = context_->createUnboundBuffer(output.data_ptr(), chunk);
-    auto recv_buf = context_->createUnboundBuffer(recv.data_ptr(), chunk);
     for (int s = 0; s < world_ - 1; ++s) {
       const int send_idx = (rank_ - s - 1 + 2 * world_) % world_;
       const int recv_idx = (rank_ - s - 2 + 2 * world_) % world_;
+      const at::Tensor partial = s == 0 ? output : at::from_blob(scratch_.data_ptr(), {n}, output.options());
+      auto recv_buf = context_->createUnboundBuffer(partial.data_ptr(), chunk);
       auto& sender = (s == 0) ? input_buf : acc_buf;
       sender->send(right, slot + s, s == 0 ? send_idx * chunk : 0, chunk);
       recv_buf->recv(left, slot + s, 0, chunk);
@@ -380,7 +389,7 @@ class GlooCommunicator : public Communicator {
       wait_send(*sender, op, right);
       bytes_sent_ += static_cast<int64_t>(chunk);
       bytes_received_ += static_cast<int64_t>(chunk);
-      add_chunk(recv, input.narrow(0, recv_idx * n, n), output);
+      add_chunk(partial, input.narrow(0, recv_idx * n, n), output);
     }
   }
 
@@ -399,6 +408,10 @@ class GlooCommunicator : public Communicator {
     const T* b = local.data_ptr<T>();
     T* o = out.data_ptr<T>();
     const int64_t n = out.numel();
+    if (a == o) {  // received into the output: the same sum, in place (a loop the compiler vectorizes)
+      for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(o[i] + b[i]);
+      return;
+    }
     for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(a[i] + b[i]);
   }
 
@@ -411,6 +424,7 @@ class GlooCommunicator : public Communicator {
   std::string prefix_;          // store keys of this context ("zeroshard" for the job's)
   int splits_ = 0;
   std::shared_ptr<gloo::rendezvous::Context> context_;
+  at::Tensor scratch_;  // ring_reduce_scatter's received partials after the first hop (comm thread only)
   uint64_t op_seq_ = 0;
   std::atomic<int64_t> bytes_sent_{0}, bytes_received_{0}, collectives_{0};
   // Declared last: when this holds the last reference, the thread is joined before the

@@ -70,6 +70,19 @@ void check_collectives_typed(Communicator& comm, at::ScalarType dtype) {
       const int64_t k = r * n + i;
       CHECK_W(ro[i] == static_cast<T>((k + 1) * W * (W + 1) / 2), "reduce_scatter n=" << n << " i=" << i << " got " << ro[i]);
     }
+    // An output inside the input (as NCCL allows) is refused: the ring writes partial sums into
+    // the output while later hops still read the input.
+    if (comm.backend_name() == "gloo" && W > 1 && n > 0) {
+      at::Tensor both = at::arange(n * W, dtype);
+      std::string what;
+      try {
+        comm.reduce_scatter(both, both.narrow(0, r * n, n));
+      } catch (const std::exception& e) {
+        what = e.what();
+      }
+      CHECK_W(what.find("reduce_scatter: the output shares storage with the input") != std::string::npos,
+              "in-place reduce_scatter must be refused, got: " << what);
+    }
     // all_reduce (n not a multiple of W): rank q contributes q + i.
     at::Tensor ar = at::arange(n, dtype).add_(r);
     comm.all_reduce(ar);
