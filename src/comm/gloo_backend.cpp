@@ -408,7 +408,7 @@ class GlooCommunicator : public Communicator {
     const T* b = local.data_ptr<T>();
     T* o = out.data_ptr<T>();
     const int64_t n = out.numel();
-    if (a == o) {  // received into the output: the same sum, in place (a loop the compiler vectorizes)
+    if (a == o) {  // the first hop, received into the output: the same sum, written in place
       for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(o[i] + b[i]);
       return;
     }
