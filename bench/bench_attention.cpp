@@ -3,7 +3,7 @@
 // kernel and the plain formulation (where its estimated footprint fits). Not a test; see
 // docs/benchmarks.md for the commands and results.
 //
-//   build/bench/zs_bench_attention [--tokens 1024,4096,16384,32768] [--heads 12] [--head-dim 128]
+//   build/bench/zs_bench_attention [--tokens 1024,4096,16384,32768] [--heads 12] [--kv-heads N] [--head-dim 128]
 //       [--kernel both|blockwise|plain] [--dtype fp32|bf16] [--bf16-matmul auto|native|via_fp32]
 //       [--causal] [--block-q N] [--block-k N] [--repeat N] [--threads N] [--plain-max-gib G]
 #include "nn/attention.h"
@@ -28,7 +28,7 @@ namespace {
 
 struct Args {
   std::vector<int64_t> tokens = {1024, 4096, 16384, 32768};
-  int64_t heads = 12, head_dim = 128, block_q = 0, block_k = 0, repeat = 1;
+  int64_t heads = 12, kv_heads = 0, head_dim = 128, block_q = 0, block_k = 0, repeat = 1;
   int threads = 0;
   std::string kernel = "both", dtype = "fp32", bf16_matmul = "auto";
   bool causal = false;
@@ -52,6 +52,7 @@ Args parse(int argc, char** argv) {
     };
     if (key == "--tokens") a.tokens = parse_list(value());
     else if (key == "--heads") a.heads = std::stoll(value());
+    else if (key == "--kv-heads") a.kv_heads = std::stoll(value());
     else if (key == "--head-dim") a.head_dim = std::stoll(value());
     else if (key == "--kernel") a.kernel = value();
     else if (key == "--dtype") a.dtype = value();
@@ -66,6 +67,9 @@ Args parse(int argc, char** argv) {
   }
   if (a.kernel != "both" && a.kernel != "blockwise" && a.kernel != "plain")
     throw std::invalid_argument("--kernel: expected both, blockwise or plain, got " + a.kernel);
+  if (a.kv_heads == 0) a.kv_heads = a.heads;
+  if (a.kv_heads < 1 || a.heads % a.kv_heads != 0)
+    throw std::invalid_argument("--kv-heads: expected a divisor of --heads (" + std::to_string(a.heads) + ")");
   if (a.dtype != "fp32" && a.dtype != "bf16") throw std::invalid_argument("--dtype: expected fp32 or bf16, got " + a.dtype);
   return a;
 }
@@ -83,8 +87,8 @@ Measure measure(const Args& a, int64_t n, nn::AttentionKernel kernel) {
   const auto dtype = a.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   torch::manual_seed(0);
   at::Tensor q = at::randn({1, a.heads, n, a.head_dim}).to(dtype).requires_grad_(true);
-  at::Tensor k = at::randn({1, a.heads, n, a.head_dim}).to(dtype).requires_grad_(true);
-  at::Tensor v = at::randn({1, a.heads, n, a.head_dim}).to(dtype).requires_grad_(true);
+  at::Tensor k = at::randn({1, a.kv_heads, n, a.head_dim}).to(dtype).requires_grad_(true);
+  at::Tensor v = at::randn({1, a.kv_heads, n, a.head_dim}).to(dtype).requires_grad_(true);
   const at::Tensor g = at::randn({1, a.heads, n, a.head_dim}).to(dtype);
   nn::AttentionOptions o;
   o.causal = a.causal;
@@ -123,8 +127,9 @@ int main(int argc, char** argv) {
     if (a.threads > 0) util::set_compute_threads(a.threads);
     nn::set_bf16_matmul(nn::parse_bf16_matmul(a.bf16_matmul));
     util::track_tensor_memory();
-    std::printf("heads %lld, head_dim %lld, %s%s, threads %d, bf16 products %s, tiles %lld x %lld, median of %lld\n",
-                static_cast<long long>(a.heads), static_cast<long long>(a.head_dim), a.dtype.c_str(),
+    std::printf("heads %lld (kv %lld), head_dim %lld, %s%s, threads %d, bf16 products %s, tiles %lld x %lld, median of %lld\n",
+                static_cast<long long>(a.heads), static_cast<long long>(a.kv_heads), static_cast<long long>(a.head_dim),
+                a.dtype.c_str(),
                 a.causal ? ", causal" : "", at::get_num_threads(),
                 nn::bf16_matmul_name(nn::resolved_bf16_matmul()).c_str(),
                 static_cast<long long>(a.block_q > 0 ? a.block_q : nn::kAttentionBlockQ),

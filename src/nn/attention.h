@@ -40,7 +40,7 @@ struct AttentionOptions {
 };
 
 // Default tiles of the blockwise kernel, measured on this project's CPU (docs/benchmarks.md,
-// bench/bench_attention.cpp).
+// bench/bench_attention.cpp). Causal attention uses kAttentionBlockQ keys per tile as well.
 inline constexpr int64_t kAttentionBlockQ = 256;
 inline constexpr int64_t kAttentionBlockK = 512;
 

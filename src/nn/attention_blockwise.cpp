@@ -13,9 +13,10 @@
 // Per block only [B*Hkv, rows, keys] tensors live; everything kept is linear in Tq and Tk.
 //
 // Masks. A block with no kept pair is skipped, one with every pair kept is not masked at all.
-// Masked entries hold the lowest finite float, as in the plain formulation: where a row has a
-// real key its masked entries weigh exactly 0 (exp(lowest - m) underflows to 0, and a block
-// seen before the first real key is scaled by exp(lowest - real) = 0). A row with no real key at
+// Masked entries hold the lowest finite float (bf16's for scores a bf16 product returned), as in
+// the plain formulation: where a row has a real key its masked entries weigh exactly 0
+// (exp(lowest - m) underflows to 0, and a block seen before the first real key is scaled by
+// exp(lowest - real) = 0). A row with no real key at
 // all ("starved": fully padded, or a segment without keys) gets the plain formulation's value —
 // the average of all Tk values — set after the blocks (skipped blocks would otherwise be left
 // out of its average); its lse is +inf so that backward's blocks give it P = 0, and its value
@@ -40,6 +41,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace zeroshard::nn {
 
@@ -48,7 +50,12 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-constexpr float kMasked = std::numeric_limits<float>::lowest();
+// The value of a masked score in a tensor of `dtype`: the lowest finite float, or bf16's own
+// lowest finite value for bf16 scores (float's would round to -inf there).
+double masked_score(at::ScalarType dtype) {
+  return dtype == at::kBFloat16 ? static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest())
+                                : static_cast<double>(std::numeric_limits<float>::lowest());
+}
 
 // Shapes, masks and arithmetic of one call; rebuilt in backward from the saved fields.
 struct Plan {
@@ -69,7 +76,9 @@ Plan make_plan(const at::Tensor& q, const at::Tensor& k, bool causal, double sca
   p.B = q.size(0), p.H = q.size(1), p.Tq = q.size(2), p.D = q.size(3), p.Hkv = k.size(1), p.Tk = k.size(2);
   p.G = p.H / p.Hkv;
   p.bq = bq > 0 ? bq : kAttentionBlockQ;
-  p.bk = bk > 0 ? bk : kAttentionBlockK;
+  // Causal: square tiles, so the blocks that straddle the diagonal (computed whole, then
+  // masked) hold as few masked pairs as the query tile allows.
+  p.bk = bk > 0 ? bk : (causal ? p.bq : kAttentionBlockK);
   p.scale = scale;
   p.causal = causal;
   p.in = q.scalar_type();
@@ -115,7 +124,11 @@ at::Tensor to_keys(const at::Tensor& x, const Plan& p, at::ScalarType dtype) {
 // Which pairs of query positions i0 .. i0+nq-1 and keys j0 .. j0+nk-1 are kept.
 struct BlockMask {
   enum Cover { None, Some, All } cover = All;
-  at::Tensor keep;  // Some: [1 or B, nq, nk] bool
+  at::Tensor keep;  // Some: [1 or B, 1 or nq, nk] bool
+  // Some: the pairs to mask, laid out like a block's scores viewed as [B, Hkv, nq*G, nk]:
+  // [1 or B, 1, 1 or nq*G, nk] (each query position's row repeated for its G heads), so the
+  // masked_fill broadcasts over the batch and kv heads only.
+  at::Tensor drop;
 };
 
 BlockMask block_mask(const Plan& p, int64_t i0, int64_t nq, int64_t j0, int64_t nk) {
@@ -124,44 +137,65 @@ BlockMask block_mask(const Plan& p, int64_t i0, int64_t nq, int64_t j0, int64_t 
   if (p.causal) {
     // Query i0 + a sits at position Tk - Tq + i0 + a and sees block key b iff b - a <= diag.
     const int64_t diag = p.Tk - p.Tq + i0 - j0;
-    if (diag + nq - 1 < 0) return {BlockMask::None, {}};
+    if (diag + nq - 1 < 0) return {BlockMask::None, {}, {}};
     if (nk - 1 > diag) combine(at::ones({nq, nk}, at::kBool).tril(diag).view({1, nq, nk}));
   }
   if (p.key_padding.defined()) combine(p.key_padding.narrow(1, j0, nk).view({p.B, 1, nk}));
   if (p.query_segments.defined()) {
     combine(p.query_segments.narrow(1, i0, nq).view({p.B, nq, 1}).eq(p.key_segments.narrow(1, j0, nk).view({p.B, 1, nk})));
   }
-  if (!keep.defined()) return {BlockMask::All, {}};
-  if (!keep.any().item<bool>()) return {BlockMask::None, {}};
-  if (keep.all().item<bool>()) return {BlockMask::All, {}};
-  return {BlockMask::Some, keep};
+  if (!keep.defined()) return {BlockMask::All, {}, {}};
+  if (!keep.any().item<bool>()) return {BlockMask::None, {}, {}};
+  if (keep.all().item<bool>()) return {BlockMask::All, {}, {}};
+  const int64_t bm = keep.size(0), rows = keep.size(1);
+  at::Tensor drop = keep.logical_not();
+  drop = rows == 1 ? drop.view({bm, 1, 1, nk})
+                   : drop.unsqueeze(2).expand({bm, rows, p.G, nk}).contiguous().view({bm, 1, rows * p.G, nk});
+  return {BlockMask::Some, keep, drop};
 }
 
-// Scores of a block, [B*Hkv, nq*G, nk] in the accumulation dtype, masked entries at kMasked.
+// Scores of a block, [B*Hkv, nq*G, nk], as the product returns them (in the gemm dtype), masked
+// entries at masked_score(). Every masked entry weighs exactly 0 after minus_rows and exp, as
+// the plain formulation's lowest float does.
 at::Tensor block_scores(const at::Tensor& qi, const at::Tensor& kj, const BlockMask& mask, const Plan& p) {
   at::Tensor s = at::bmm(qi, kj.transpose(1, 2));
-  if (s.scalar_type() != p.acc) s = s.to(p.acc);
   if (mask.cover == BlockMask::Some) {
-    // keep is [1 or B, 1 or nq, nk] (key padding alone does not depend on the query).
-    const int64_t nk = s.size(2), nq = s.size(1) / p.G;
-    s.view({p.B, p.Hkv, nq, p.G, nk})
-        .masked_fill_(mask.keep.logical_not().view({mask.keep.size(0), 1, mask.keep.size(1), 1, nk}), kMasked);
+    s.view({p.B, p.Hkv, s.size(1), s.size(2)}).masked_fill_(mask.drop, masked_score(s.scalar_type()));
   }
   return s;
 }
 
-// a @ b in the accumulation dtype; a (acc) is rounded to the gemm dtype first.
-at::Tensor product(const at::Tensor& a, const at::Tensor& b, const Plan& p) {
-  if (p.gemm == p.acc) return at::bmm(a, b);
-  return at::bmm(a.to(p.gemm), b).to(p.acc);
+// s - r per row (r: [B*Hkv, rows] in acc), in acc: in place when the scores are acc already,
+// else in one pass that widens the bf16 scores exactly and subtracts in acc (the bits of a cast
+// followed by the subtraction).
+at::Tensor minus_rows(at::Tensor s, const at::Tensor& r, const Plan& p) {
+  if (s.scalar_type() == p.acc) return s.sub_(r.unsqueeze(-1));
+  return at::sub(s, r.unsqueeze(-1));
 }
 
-// into += a @ b (into: acc dtype, possibly a view).
+// Rows start .. start+len-1 of x [N, T, D] as a contiguous tensor. libtorch's bf16 product
+// (oneDNN) copies an operand that is neither contiguous nor a transposed contiguous matrix, so a
+// narrowed tile would be copied at each of its uses; this copies it once, to the same values.
+at::Tensor tile(const at::Tensor& x, int64_t start, int64_t len) { return x.narrow(1, start, len).contiguous(); }
+
+// Tiles of `per` rows of x [N, T, D] along T (the last one shorter), each contiguous.
+std::vector<at::Tensor> tiles(const at::Tensor& x, int64_t per) {
+  std::vector<at::Tensor> out;
+  for (int64_t start = 0; start < x.size(1); start += per) out.push_back(tile(x, start, std::min(per, x.size(1) - start)));
+  return out;
+}
+
+// a in the dtype of the block products: rounded once, so that a block's probabilities or
+// score gradients feed both of their products from one copy. A transposed use of the copy has
+// the strides a cast of the transposed view would have, so the products see the same operands.
+at::Tensor gemm_operand(const at::Tensor& a, const Plan& p) { return p.gemm == p.acc ? a : a.to(p.gemm); }
+
+// into += a @ b (into: acc dtype, possibly a view; a, b in the gemm dtype).
 void add_product(const at::Tensor& into, const at::Tensor& a, const at::Tensor& b, const Plan& p) {
   if (p.gemm == p.acc) {
     into.baddbmm_(a, b);
   } else {
-    into.add_(at::bmm(a.to(p.gemm), b));
+    into.add_(at::bmm(a, b));
   }
 }
 
@@ -178,9 +212,10 @@ Forward forward_blocks(const at::Tensor& Q, const at::Tensor& K, const at::Tenso
   f.out = at::empty({BH, p.Tq * G, p.D}, Q.options().dtype(p.acc));
   f.lse = at::empty({BH, p.Tq * G}, Q.options().dtype(p.acc));
   at::Tensor alive = p.may_starve() ? at::zeros({p.B, p.Tq}, at::kBool) : at::Tensor();
+  const std::vector<at::Tensor> Kt = tiles(K, p.bk), Vt = tiles(V, p.bk);
   for (int64_t i0 = 0; i0 < p.Tq; i0 += p.bq) {
     const int64_t nq = std::min(p.bq, p.Tq - i0);
-    const at::Tensor qi = Q.narrow(1, i0 * G, nq * G);
+    const at::Tensor qi = tile(Q, i0 * G, nq * G);
     at::Tensor o, m, l;  // running output, row maximum, row sum
     for (int64_t j0 = 0; j0 < p.Tk; j0 += p.bk) {
       const int64_t nk = std::min(p.bk, p.Tk - j0);
@@ -194,21 +229,24 @@ Forward forward_blocks(const at::Tensor& Q, const at::Tensor& K, const at::Tenso
           rows.logical_or_(mask.keep.any(-1));
         }
       }
-      at::Tensor s = block_scores(qi, K.narrow(1, j0, nk), mask, p);
-      const at::Tensor vj = V.narrow(1, j0, nk);
-      const at::Tensor smax = s.amax(-1);
+      const at::Tensor raw = block_scores(qi, Kt[static_cast<size_t>(j0 / p.bk)], mask, p);
+      const at::Tensor& vj = Vt[static_cast<size_t>(j0 / p.bk)];
+      at::Tensor smax = raw.amax(-1);  // exact in the scores' dtype
+      if (smax.scalar_type() != p.acc) smax = smax.to(p.acc);
+      at::Tensor s;
       if (!m.defined()) {
         m = smax;
-        s.sub_(m.unsqueeze(-1)).exp_();
+        s = minus_rows(raw, m, p).exp_();
         l = s.sum(-1);
-        o = product(s, vj, p);
+        o = at::bmm(gemm_operand(s, p), vj);
+        if (o.scalar_type() != p.acc) o = o.to(p.acc);
       } else {
         const at::Tensor m_new = at::maximum(m, smax);
         const at::Tensor alpha = (m - m_new).exp_();
-        s.sub_(m_new.unsqueeze(-1)).exp_();
+        s = minus_rows(raw, m_new, p).exp_();
         l.mul_(alpha).add_(s.sum(-1));
         o.mul_(alpha.unsqueeze(-1));
-        add_product(o, s, vj, p);
+        add_product(o, gemm_operand(s, p), vj, p);
         m = m_new;
       }
     }
@@ -252,9 +290,10 @@ Grads backward_blocks(const at::Tensor& Q, const at::Tensor& K, const at::Tensor
   g.dk = at::empty({p.B, p.Hkv, p.Tk, p.D}, opts);
   g.dv = at::empty({p.B, p.Hkv, p.Tk, p.D}, opts);
   const at::Tensor dk = g.dk.view({BH, p.Tk, p.D}), dv = g.dv.view({BH, p.Tk, p.D});
+  const std::vector<at::Tensor> Qt = tiles(Q, p.bq * G), dOt = tiles(dO, p.bq * G);
   for (int64_t j0 = 0; j0 < p.Tk; j0 += p.bk) {
     const int64_t nk = std::min(p.bk, p.Tk - j0);
-    const at::Tensor kj = K.narrow(1, j0, nk), vj = V.narrow(1, j0, nk);
+    const at::Tensor kj = tile(K, j0, nk), vj = tile(V, j0, nk);
     // dP = dO V^T feeds the difference dP - delta, which cancels: it is computed from the same
     // operands but never rounded to bf16 (FlashAttention keeps it in its fp32 accumulator too).
     const at::Tensor vj_t = (p.gemm == p.acc ? vj : vj.to(p.acc)).transpose(1, 2);
@@ -265,14 +304,14 @@ Grads backward_blocks(const at::Tensor& Q, const at::Tensor& K, const at::Tensor
       const int64_t nq = std::min(p.bq, p.Tq - i0);
       const BlockMask mask = block_mask(p, i0, nq, j0, nk);
       if (mask.cover == BlockMask::None) continue;
-      const at::Tensor qi = Q.narrow(1, i0 * G, nq * G), dOi = dO.narrow(1, i0 * G, nq * G);
-      at::Tensor P = block_scores(qi, kj, mask, p);
-      P.sub_(lse.narrow(1, i0 * G, nq * G).unsqueeze(-1)).exp_();
-      add_product(dv_j, P.transpose(1, 2), dOi, p);
+      const at::Tensor &qi = Qt[static_cast<size_t>(i0 / p.bq)], &dOi = dOt[static_cast<size_t>(i0 / p.bq)];
+      const at::Tensor P = minus_rows(block_scores(qi, kj, mask, p), lse.narrow(1, i0 * G, nq * G), p).exp_();
+      add_product(dv_j, gemm_operand(P, p).transpose(1, 2), dOi, p);
       at::Tensor dS = at::bmm(p.gemm == p.acc ? dOi : dO_acc.narrow(1, i0 * G, nq * G), vj_t);
       dS.sub_(delta.narrow(1, i0 * G, nq * G).unsqueeze(-1)).mul_(P);
-      add_product(g.dq.narrow(1, i0 * G, nq * G), dS, kj, p);
-      add_product(dk_j, dS.transpose(1, 2), qi, p);
+      const at::Tensor dS_g = gemm_operand(dS, p);
+      add_product(g.dq.narrow(1, i0 * G, nq * G), dS_g, kj, p);
+      add_product(dk_j, dS_g.transpose(1, 2), qi, p);
     }
   }
   // S = (scale q) k^T with the scale folded into Q: dq = scale dS K, dk = dS^T (scale q).
