@@ -183,6 +183,28 @@ TEST(BlockwiseAttention, Bf16WithEitherProductKernelIsAsCloseToTheTruthAsThePlai
   nn::set_bf16_matmul(before);
 }
 
+TEST(BlockwiseAttention, CausalDefaultTilesAcrossSeveralBlocksEqualThePlainFormulation) {
+  // The causal default tiles (kAttentionBlockQ queries x as many keys) with masks straddling
+  // their boundaries: 600 positions span three tiles, two packed segments meet inside one.
+  const Case c{"causal_default_tiles", 2, 4, 2, 600, 600, 16, [](nn::AttentionOptions& o) {
+                 o.causal = true;
+                 const at::Tensor seg = (at::arange(600, at::kLong) >= 300).to(at::kLong).view({1, 600}).repeat({2, 1});
+                 o.query_segments = o.key_segments = seg;
+               }};
+  const Inputs in = inputs(c, at::kDouble, 7);
+  const Result want = run(in.q, in.k, in.v, in.w, options(c, nn::AttentionKernel::Plain));
+  expect_close(run(in.q, in.k, in.v, in.w, options(c, nn::AttentionKernel::Blockwise, 0, 0)), want, 1e-12,
+               "fp64 default tiles");
+  const nn::Bf16Matmul before = nn::resolved_bf16_matmul();
+  nn::set_bf16_matmul(nn::Bf16Matmul::Native);  // bf16 scores, masked at bf16's lowest value
+  const Inputs b = inputs(c, at::kBFloat16, 7);
+  const Result truth = run(b.q.to(at::kDouble), b.k.to(at::kDouble), b.v.to(at::kDouble), b.w,
+                           options(c, nn::AttentionKernel::Plain));
+  const Result got = run(b.q, b.k, b.v, b.w, options(c, nn::AttentionKernel::Blockwise, 0, 0));
+  nn::set_bf16_matmul(before);
+  expect_close(got, truth, 2.0 / 128, "bf16 native default tiles");
+}
+
 TEST(BlockwiseAttention, IsDeterministic) {
   // Activation checkpointing's bitwise recompute check needs the same bits on every call.
   const Case c = cases()[7];  // packed segments, causal, GQA
