@@ -3,6 +3,7 @@
 #include "nn/attention.h"
 #include "nn/init.h"
 #include "nn/matmul.h"
+#include "nn/rms_norm.h"
 #include "util/text.h"
 
 #include <algorithm>
@@ -128,10 +129,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  // Normalized in float32 for reduced-precision inputs; float64 stays float64.
-  auto xf = x.to(x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat);
-  auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return normed.to(x.scalar_type()) * weight;
+  return rms_norm(x, weight, eps_);  // nn/rms_norm.h
 }
 
 RopeTables RopeTables::make(int64_t max_seq_len, int64_t head_dim, double theta) {

@@ -59,7 +59,7 @@ class EmbeddingImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Embedding);
 
-// x * rsqrt(mean(x^2) + eps) * weight, normalized in fp32.
+// x * rsqrt(mean(x^2) + eps) * weight, normalized in fp32: nn::rms_norm (src/nn/rms_norm.h).
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);

@@ -2,6 +2,7 @@
 
 #include "nn/attention.h"
 #include "nn/norms.h"
+#include "nn/rms_norm.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -31,9 +32,7 @@ HeadRMSNormImpl::HeadRMSNormImpl(int64_t dim, double eps, const std::string& par
 }
 
 torch::Tensor HeadRMSNormImpl::forward(const torch::Tensor& x) {
-  const at::Tensor xf = x.to(nn::norm_dtype(x));
-  const at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return normed.to(x.scalar_type()) * weight;
+  return nn::rms_norm(x, weight, eps_);
 }
 
 at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps) {

@@ -3,6 +3,7 @@
 #include "io/safetensors.h"
 #include "nn/init.h"
 #include "nn/matmul.h"
+#include "nn/rms_norm.h"
 #include "nn/norms.h"
 #include "util/text.h"
 
@@ -114,8 +115,7 @@ T5LayerNormImpl::T5LayerNormImpl(int64_t dim, double eps) : eps_(eps) {
 
 torch::Tensor T5LayerNormImpl::forward(const torch::Tensor& x) {
   // T5's norm: no mean subtraction, no bias, eps inside the root.
-  const at::Tensor xf = x.to(nn::norm_dtype(x));
-  return (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_)).to(x.scalar_type()) * weight;
+  return nn::rms_norm(x, weight, eps_);
 }
 
 torch::Tensor relative_position_buckets(int64_t lq, int64_t lk, int64_t num_buckets, int64_t max_distance) {

@@ -4,6 +4,7 @@
 #include "nn/attention.h"
 #include "nn/init.h"
 #include "nn/matmul.h"
+#include "nn/rms_norm.h"
 #include "nn/rope.h"
 #include "nn/timestep.h"
 #include "util/text.h"
@@ -167,8 +168,7 @@ WanRMSNormImpl::WanRMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor WanRMSNormImpl::forward(const torch::Tensor& x) {
-  const at::Tensor xf = x.to(nn::norm_dtype(x));
-  return (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_)).to(x.scalar_type()) * weight;
+  return nn::rms_norm(x, weight, eps_);
 }
 
 WanAttentionImpl::WanAttentionImpl(int64_t dim, int64_t num_heads, bool qk_norm, double eps) : num_heads_(num_heads) {
