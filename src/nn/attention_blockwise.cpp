@@ -173,12 +173,16 @@ at::Tensor minus_rows(at::Tensor s, const at::Tensor& r, const Plan& p) {
   return at::sub(s, r.unsqueeze(-1));
 }
 
-// Rows start .. start+len-1 of x [N, T, D] as a contiguous tensor. libtorch's bf16 product
-// (oneDNN) copies an operand that is neither contiguous nor a transposed contiguous matrix, so a
-// narrowed tile would be copied at each of its uses; this copies it once, to the same values.
-at::Tensor tile(const at::Tensor& x, int64_t start, int64_t len) { return x.narrow(1, start, len).contiguous(); }
+// Rows start .. start+len-1 of x [N, T, D]. libtorch's bf16 product (oneDNN) copies an operand
+// that is neither contiguous nor a transposed contiguous matrix, so a narrowed bf16 tile would be
+// copied at each of its uses: it is made contiguous once here, to the same values. The fp32 and
+// fp64 products read the narrowed view as it is, so those tiles stay views (no copy of the input).
+at::Tensor tile(const at::Tensor& x, int64_t start, int64_t len) {
+  const at::Tensor view = x.narrow(1, start, len);
+  return x.scalar_type() == at::kBFloat16 ? view.contiguous() : view;
+}
 
-// Tiles of `per` rows of x [N, T, D] along T (the last one shorter), each contiguous.
+// Tiles of `per` rows of x [N, T, D] along T (the last one shorter).
 std::vector<at::Tensor> tiles(const at::Tensor& x, int64_t per) {
   std::vector<at::Tensor> out;
   for (int64_t start = 0; start < x.size(1); start += per) out.push_back(tile(x, start, std::min(per, x.size(1) - start)));
