@@ -13,12 +13,6 @@
 
 namespace {
 
-// transformers' formula in libtorch operators (the body of nn::RMSNorm before nn::rms_norm).
-torch::Tensor composed(const torch::Tensor& x, const torch::Tensor& w, double eps) {
-  const auto xf = x.to(x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat);
-  return (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type()) * w;
-}
-
 void BM_RmsNorm(benchmark::State& state) {
   torch::set_num_threads(1);
   zeroshard::util::track_tensor_memory();
@@ -37,7 +31,7 @@ void BM_RmsNorm(benchmark::State& state) {
     w.mutable_grad().reset();
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t live = zeroshard::util::live_tensor_bytes();
-    const auto y = ours ? zeroshard::nn::rms_norm(x, w, 1e-6) : composed(x, w, 1e-6);
+    const auto y = ours ? zeroshard::nn::rms_norm(x, w, 1e-6) : zeroshard::nn::rms_norm_composed(x, w, 1e-6);
     kept = zeroshard::util::live_tensor_bytes() - live - static_cast<int64_t>(y.nbytes());
     y.backward(dy);
     state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -136,13 +136,12 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   }
 };
 
-// The same formula in libtorch operators: for an input whose dtype is not the weight's.
+}  // namespace
+
 at::Tensor rms_norm_composed(const at::Tensor& x, const at::Tensor& weight, double eps) {
   const at::Tensor xf = x.to(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
   return (xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type()) * weight;
 }
-
-}  // namespace
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (x.dim() < 1 || weight.dim() != 1 || weight.size(0) != x.size(-1)) {

@@ -26,4 +26,8 @@ namespace zeroshard::nn {
 // weight is not [D].
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// The same formula in six libtorch operators (autograd differentiates it): what rms_norm runs
+// when the dtypes differ, and the formulation its tests and bench compare with.
+at::Tensor rms_norm_composed(const at::Tensor& x, const at::Tensor& weight, double eps);
+
 }  // namespace zeroshard::nn

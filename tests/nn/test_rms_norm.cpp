@@ -20,13 +20,6 @@ struct Result {
   torch::Tensor y, dx, dw;
 };
 
-// transformers' Qwen3RMSNorm / LlamaRMSNorm: statistics in fp32 (fp64 for fp64), rounded to
-// the input's dtype before the weight's product.
-torch::Tensor composed(const torch::Tensor& x, const torch::Tensor& w, double eps) {
-  const auto xf = x.to(x.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat);
-  return (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type()) * w;
-}
-
 template <typename F>
 Result run(const F& norm, const torch::Tensor& x0, const torch::Tensor& w0, const torch::Tensor& dy) {
   auto x = x0.detach().clone().requires_grad_(true);
@@ -66,7 +59,7 @@ TEST(RmsNorm, EqualsTheCompositionInFp64) {
     const Case c = make_case(shape, 3);
     const double eps = 1e-6;
     const Result ours = run([&](auto& x, auto& w) { return nn::rms_norm(x, w, eps); }, c.x, c.w, c.dy);
-    const Result ref = run([&](auto& x, auto& w) { return composed(x, w, eps); }, c.x, c.w, c.dy);
+    const Result ref = run([&](auto& x, auto& w) { return nn::rms_norm_composed(x, w, eps); }, c.x, c.w, c.dy);
     EXPECT_EQ(ours.y.sizes(), ref.y.sizes());
     EXPECT_LT(rel_diff(ours.y, ref.y), 1e-14) << c10::str(shape);
     EXPECT_LT(rel_diff(ours.dx, ref.dx), 1e-13) << c10::str(shape);
@@ -83,8 +76,8 @@ TEST(RmsNorm, Fp32AndBf16StayWithinTheirFloorsOfTheFp64Truth) {
       const double tol = dtype == torch::kFloat ? 1e-6 : 2.0 * std::ldexp(1.0, -8);
       // The truth: the fp64 formula on the same (rounded) inputs.
       const auto x = c.x.to(dtype), w = c.w.to(dtype), dy = c.dy.to(dtype);
-      const Result truth = run([&](auto& a, auto& b) { return composed(a, b, 1e-5); }, x.to(torch::kDouble),
-                               w.to(torch::kDouble), dy.to(torch::kDouble));
+      const Result truth = run([&](auto& a, auto& b) { return nn::rms_norm_composed(a, b, 1e-5); },
+                               x.to(torch::kDouble), w.to(torch::kDouble), dy.to(torch::kDouble));
       const Result ours = run([&](auto& a, auto& b) { return nn::rms_norm(a, b, 1e-5); }, x, w, dy);
       EXPECT_EQ(ours.y.scalar_type(), dtype);
       EXPECT_EQ(ours.dx.scalar_type(), dtype);
@@ -102,7 +95,7 @@ TEST(RmsNorm, Bf16ForwardRoundsTheNormalizedValueBeforeTheWeightAsTransformersDo
   const Case c = make_case({64, 96}, 9);
   const auto x = c.x.to(torch::kBFloat16), w = c.w.to(torch::kBFloat16);
   const auto ours = nn::rms_norm(x, w, 1e-6);
-  const auto ref = composed(x, w, 1e-6);
+  const auto ref = nn::rms_norm_composed(x, w, 1e-6);
   // The sums of squares differ in order only, so a rare value lands on the other side of a bf16
   // rounding boundary: then the two roundings move it by one or two units in the last place; for
   // almost every element, by none.
@@ -160,7 +153,7 @@ TEST(RmsNorm, ForwardKeepsTheInputAndOneFloatPerRow) {
 
   // The composition, measured the same way, keeps at least the fp32 copy (the measure can fail).
   const int64_t before_c = util::live_tensor_bytes();
-  auto yc = composed(x, w, 1e-6);
+  auto yc = nn::rms_norm_composed(x, w, 1e-6);
   const int64_t kept_c = util::live_tensor_bytes() - before_c - static_cast<int64_t>(yc.nbytes());
   EXPECT_GE(kept_c, rows * D * static_cast<int64_t>(sizeof(float))) << kept_c;
 }
