@@ -26,9 +26,12 @@
 // Precision. Scores, softmax and accumulators are float32 (float64 for float64 inputs). bf16
 // products follow nn::matmul's routing (src/nn/matmul.h): via_fp32 widens q, k, v once and runs
 // every product in fp32 (exact bf16 operands, fp32 accumulation, and P, dS not rounded);
-// native runs them in libtorch's bf16 kernel with P, dS, dO rounded to bf16, as FlashAttention
-// does — except dP = dO V^T, which is cancelled against rowsum(dO ∘ O) and so is computed in
-// fp32 from the widened operands (libtorch's bf16 product would round its result to bf16).
+// native runs them on bf16 operands with P, dS, dO rounded to bf16, as FlashAttention does. Where
+// oneDNN's bf16 GEMM with an fp32 result is there (nn::bmm_bf16_into_fp32, Plan::fp32_results),
+// every product's fp32 result is accumulated into the fp32 sums as it is, as FlashAttention's
+// accumulators do; else libtorch's bf16 products round each result to bf16 before it is added.
+// dP = dO V^T, which is cancelled against rowsum(dO ∘ O), is never rounded: the GEMM's fp32 result,
+// or the fp32 product of the widened operands.
 //
 // Determinism: the same blocks in the same order with the same ops on every call, so a
 // recomputed forward (activation checkpointing) reproduces the bits.
@@ -64,6 +67,9 @@ struct Plan {
   at::ScalarType in = at::kFloat;    // q's dtype: the output's and the gradients'
   at::ScalarType acc = at::kFloat;   // scores, softmax and accumulators
   at::ScalarType gemm = at::kFloat;  // operands of the block products: acc, or bf16 (native kernel)
+  // bf16 products whose fp32 results are used as they are (oneDNN's bf16 GEMM, nn::bmm_bf16_into_fp32):
+  // accumulated into the fp32 running sums directly, and dP in fp32 from the bf16 operands.
+  bool fp32_results = false;
   bool causal = false;
   at::Tensor key_padding;                   // [B, Tk] bool, or undefined
   at::Tensor query_segments, key_segments;  // [B, Tq], [B, Tk], or undefined
@@ -84,6 +90,7 @@ Plan make_plan(const at::Tensor& q, const at::Tensor& k, bool causal, double sca
   p.in = q.scalar_type();
   p.acc = p.in == at::kDouble ? at::kDouble : at::kFloat;
   p.gemm = p.in == at::kBFloat16 && resolved_bf16_matmul() == Bf16Matmul::Native ? at::kBFloat16 : p.acc;
+  p.fp32_results = p.gemm == at::kBFloat16 && has_bf16_gemm_with_fp32_result();
   return p;
 }
 
@@ -194,13 +201,28 @@ std::vector<at::Tensor> tiles(const at::Tensor& x, int64_t per) {
 // the strides a cast of the transposed view would have, so the products see the same operands.
 at::Tensor gemm_operand(const at::Tensor& a, const Plan& p) { return p.gemm == p.acc ? a : a.to(p.gemm); }
 
-// into += a @ b (into: acc dtype, possibly a view; a, b in the gemm dtype).
+// into += a @ b (into: acc dtype, possibly a view; a, b in the gemm dtype). bf16 products add their
+// fp32 result where the plan has fp32_results, else their result rounded to bf16.
 void add_product(const at::Tensor& into, const at::Tensor& a, const at::Tensor& b, const Plan& p) {
   if (p.gemm == p.acc) {
     into.baddbmm_(a, b);
+  } else if (p.fp32_results) {
+    TORCH_CHECK(bmm_bf16_into_fp32(a, b, into, 1.0f), "blockwise attention: a tile layout the bf16 GEMM does not take");
   } else {
     into.add_(at::bmm(a, b));
   }
+}
+
+// a @ b in acc, a new tensor: from fp32 products, the fp32 result of the bf16 GEMM (fp32_results),
+// or libtorch's bf16 result widened.
+at::Tensor product_acc(const at::Tensor& a, const at::Tensor& b, const Plan& p) {
+  if (p.gemm == p.acc) return at::bmm(a, b);
+  if (p.fp32_results) {
+    at::Tensor out = at::empty({a.size(0), a.size(1), b.size(2)}, a.options().dtype(p.acc));
+    TORCH_CHECK(bmm_bf16_into_fp32(a, b, out, 0.0f), "blockwise attention: a tile layout the bf16 GEMM does not take");
+    return out;
+  }
+  return at::bmm(a, b).to(p.acc);
 }
 
 struct Forward {
@@ -242,8 +264,7 @@ Forward forward_blocks(const at::Tensor& Q, const at::Tensor& K, const at::Tenso
         m = smax;
         s = minus_rows(raw, m, p).exp_();
         l = s.sum(-1);
-        o = at::bmm(gemm_operand(s, p), vj);
-        if (o.scalar_type() != p.acc) o = o.to(p.acc);
+        o = product_acc(gemm_operand(s, p), vj, p);
       } else {
         const at::Tensor m_new = at::maximum(m, smax);
         const at::Tensor alpha = (m - m_new).exp_();
@@ -299,8 +320,9 @@ Grads backward_blocks(const at::Tensor& Q, const at::Tensor& K, const at::Tensor
     const int64_t nk = std::min(p.bk, p.Tk - j0);
     const at::Tensor kj = tile(K, j0, nk), vj = tile(V, j0, nk);
     // dP = dO V^T feeds the difference dP - delta, which cancels: it is computed from the same
-    // operands but never rounded to bf16 (FlashAttention keeps it in its fp32 accumulator too).
-    const at::Tensor vj_t = (p.gemm == p.acc ? vj : vj.to(p.acc)).transpose(1, 2);
+    // operands but never rounded to bf16 (FlashAttention keeps it in its fp32 accumulator too):
+    // by the bf16 GEMM's fp32 result (fp32_results), else by the fp32 product of the widened operands.
+    const at::Tensor vj_t = (p.gemm == p.acc || p.fp32_results ? vj : vj.to(p.acc)).transpose(1, 2);
     const at::Tensor dk_j = dk.narrow(1, j0, nk), dv_j = dv.narrow(1, j0, nk);
     dk_j.zero_();
     dv_j.zero_();
@@ -311,7 +333,8 @@ Grads backward_blocks(const at::Tensor& Q, const at::Tensor& K, const at::Tensor
       const at::Tensor &qi = Qt[static_cast<size_t>(i0 / p.bq)], &dOi = dOt[static_cast<size_t>(i0 / p.bq)];
       const at::Tensor P = minus_rows(block_scores(qi, kj, mask, p), lse.narrow(1, i0 * G, nq * G), p).exp_();
       add_product(dv_j, gemm_operand(P, p).transpose(1, 2), dOi, p);
-      at::Tensor dS = at::bmm(p.gemm == p.acc ? dOi : dO_acc.narrow(1, i0 * G, nq * G), vj_t);
+      at::Tensor dS = p.gemm == p.acc || p.fp32_results ? product_acc(dOi, vj_t, p)
+                                                        : at::bmm(dO_acc.narrow(1, i0 * G, nq * G), vj_t);
       dS.sub_(delta.narrow(1, i0 * G, nq * G).unsqueeze(-1)).mul_(P);
       const at::Tensor dS_g = gemm_operand(dS, p);
       add_product(g.dq.narrow(1, i0 * G, nq * G), dS_g, kj, p);

@@ -2,6 +2,9 @@
 
 #include <torch/autograd.h>
 
+#include <dlfcn.h>
+
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <sstream>
@@ -158,7 +161,63 @@ struct ConvViaFp32 : torch::autograd::Function<ConvViaFp32> {
   }
 };
 
+// oneDNN's C GEMM on bf16 operands with an fp32 result, row-major like its dnnl_sgemm:
+// C := alpha op(A) op(B) + beta C. Returns dnnl_success (0) or an error status.
+using GemmBf16F32 = int (*)(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha, const void* A,
+                            int64_t lda, const void* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+GemmBf16F32 gemm_bf16_f32() {
+  static const auto fn = reinterpret_cast<GemmBf16F32>(dlsym(RTLD_DEFAULT, "dnnl_gemm_bf16bf16f32"));
+  return fn;
+}
+
+// A row-major matrix view of x's last two dimensions for the GEMM: 'N' with its row stride, or
+// 'T' (x stored transposed) with its column stride; false if neither dimension has unit stride.
+bool gemm_layout(const at::Tensor& x, char& trans, int64_t& ld) {
+  const int64_t rows = x.size(1), cols = x.size(2), s0 = x.stride(1), s1 = x.stride(2);
+  if (s1 == 1 && s0 >= std::max<int64_t>(1, cols)) {
+    trans = 'N';
+    ld = s0;
+    return true;
+  }
+  if (s0 == 1 && s1 >= std::max<int64_t>(1, rows)) {
+    trans = 'T';
+    ld = s1;
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+bool has_bf16_gemm_with_fp32_result() { return gemm_bf16_f32() != nullptr; }
+
+bool bmm_bf16_into_fp32(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, float beta) {
+  const GemmBf16F32 gemm = gemm_bf16_f32();
+  if (gemm == nullptr) return false;
+  TORCH_CHECK(a.dim() == 3 && b.dim() == 3 && c.dim() == 3 && a.size(0) == b.size(0) && a.size(0) == c.size(0) &&
+                  a.size(2) == b.size(1) && c.size(1) == a.size(1) && c.size(2) == b.size(2),
+              "bmm_bf16_into_fp32: a [N, M, K], b [N, K, N'] and c [N, M, N'] expected, got ", a.sizes(), ", ",
+              b.sizes(), " and ", c.sizes());
+  TORCH_CHECK(a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 && c.scalar_type() == at::kFloat,
+              "bmm_bf16_into_fp32: bf16 a and b and an fp32 c expected");
+  char ta = 'N', tb = 'N';
+  int64_t lda = 0, ldb = 0;
+  const int64_t M = c.size(1), N = c.size(2), K = a.size(2);
+  if (!gemm_layout(a, ta, lda) || !gemm_layout(b, tb, ldb) || c.stride(2) != 1 || c.stride(1) < std::max<int64_t>(1, N)) {
+    return false;
+  }
+  const auto* pa = a.data_ptr<at::BFloat16>();
+  const auto* pb = b.data_ptr<at::BFloat16>();
+  float* pc = c.data_ptr<float>();
+  for (int64_t i = 0; i < c.size(0); ++i) {
+    const int status = gemm(ta, tb, M, N, K, 1.0f, pa + i * a.stride(0), lda, pb + i * b.stride(0), ldb, beta,
+                            pc + i * c.stride(0), c.stride(1));
+    TORCH_CHECK(status == 0, "bmm_bf16_into_fp32: oneDNN's dnnl_gemm_bf16bf16f32 returned status ", status, " for ", M,
+                "x", K, " @ ", K, "x", N);
+  }
+  return true;
+}
 
 Bf16Matmul parse_bf16_matmul(const std::string& name) {
   if (name == "auto") return Bf16Matmul::Auto;

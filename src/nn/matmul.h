@@ -41,6 +41,18 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b 
 // a [..., M, K] @ b [..., K, N]; bf16 via fp32 needs equal batch dimensions (broadcast
 // batches take a slower composite path).
 at::Tensor matmul(const at::Tensor& a, const at::Tensor& b);
+// c += a @ b per batch, c's fp32 accumulated in fp32 (beta = 1), or c = a @ b (beta = 0): a [N, M, K]
+// and b [N, K, N'] bf16, each matrix with unit stride along one of its two dimensions (a tile, or
+// its transposed view), c [N, M, N'] fp32 with unit stride along its last dimension. The product
+// of oneDNN's bf16 GEMM with an fp32 result (bf16 operands exactly, fp32 accumulation), the kernel
+// libtorch's bf16 products run on, without their rounding of the result to bf16; found at run time
+// in the oneDNN libtorch loaded (it exports `dnnl_gemm_bf16bf16f32`; version 2.6's header does not
+// declare it, later ones do). Returns false, computing nothing, where that function is absent
+// or the layouts do not fit it: the caller then takes libtorch's products.
+bool bmm_bf16_into_fp32(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, float beta);
+// Whether that GEMM is there (then bmm_bf16_into_fp32 refuses only layouts it cannot take).
+bool has_bf16_gemm_with_fp32_result();
+
 // 3-D convolution, dilation 1, groups 1.
 at::Tensor conv3d(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, std::array<int64_t, 3> stride,
                   std::array<int64_t, 3> padding);

@@ -7,6 +7,7 @@
 #include "util/tensor_memory.h"
 
 #include <gtest/gtest.h>
+#include <limits>
 #include <torch/torch.h>
 
 using namespace zeroshard;
@@ -180,4 +181,36 @@ TEST(Bf16Matmul, LinearWithoutBiasIsLibtorchsBitwiseAndATiedHeadsRowsAreAddedInP
     EXPECT_LT(peak_ours, 2 * table) << name << "; torch::linear: " << peak_torch << " B";
     EXPECT_GE(peak_torch, 2 * table) << name << "; ours: " << peak_ours << " B";
   }
+}
+
+// oneDNN's bf16 GEMM with an fp32 result (the blockwise attention's products): the fp32 product
+// of the bf16 operands, not rounded to bf16, for tiles and their transposed views, accumulating
+// with beta = 1 and ignoring c's old contents with beta = 0; a layout it cannot take is refused
+// and c left as it was. Debian's libtorch loads a oneDNN that exports the function.
+TEST(Bf16Matmul, Bf16GemmWithFp32ResultIsTheFp32ProductOfTheBf16Operands) {
+  ASSERT_TRUE(nn::has_bf16_gemm_with_fp32_result()) << "dnnl_gemm_bf16bf16f32 not found in the loaded oneDNN";
+  torch::NoGradGuard no_grad;
+  const auto a = bf16_randn({3, 37, 64}, 11);
+  const auto bt = bf16_randn({3, 29, 64}, 12);  // b is its transposed view [3, 64, 29]
+  const auto b = bt.transpose(1, 2);
+  const auto exact = torch::bmm(a.to(torch::kDouble), b.to(torch::kDouble));
+  auto c = torch::full({3, 37, 29}, std::numeric_limits<float>::quiet_NaN());
+  ASSERT_TRUE(nn::bmm_bf16_into_fp32(a, b, c, 0.0f));
+  EXPECT_LT(rel_diff(c, exact), 2e-6);
+  // Rounded to bf16 the result would be ~1e-3 off: it is not.
+  EXPECT_GT(rel_diff(c.to(torch::kBFloat16), exact), 1e-4);
+  // beta = 1 into a view with a row stride wider than its rows; a's transposed view as the left operand.
+  auto wide = torch::randn({3, 37, 40});
+  const auto before = wide.clone();
+  auto view = wide.narrow(2, 5, 29);
+  const auto at = a.transpose(1, 2).contiguous().transpose(1, 2);  // a's values, column-major
+  ASSERT_TRUE(nn::bmm_bf16_into_fp32(at, b, view, 1.0f));
+  EXPECT_LT(rel_diff(view, before.narrow(2, 5, 29).to(torch::kDouble) + exact), 2e-6);
+  EXPECT_TRUE(torch::equal(wide.narrow(2, 0, 5), before.narrow(2, 0, 5)));
+  EXPECT_TRUE(torch::equal(wide.narrow(2, 34, 6), before.narrow(2, 34, 6)));
+  // Neither dimension with unit stride: refused, c unchanged.
+  const auto strided = bf16_randn({3, 37, 128}, 13).slice(2, 0, 128, 2);
+  auto untouched = torch::zeros({3, 37, 29});
+  EXPECT_FALSE(nn::bmm_bf16_into_fp32(strided, b, untouched, 0.0f));
+  EXPECT_EQ(untouched.abs().max().item<float>(), 0.0f);
 }
