@@ -21,9 +21,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STRATEGIES = ["no_shard", "optim", "optim_grads", "optim_grads_params"]
 
 
-# zeroshard sets these malloc parameters at start-up (src/cli/main.cpp); the PyTorch peers
-# get the same through glibc's tunables so that the comparison is about the training code.
-SAME_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+# zeroshard sets these malloc parameters at start-up (src/cli/main.cpp: mallopt M_MMAP_MAX 0 and
+# M_TRIM_THRESHOLD -1); the PyTorch peers get the same through glibc's tunables so that the
+# comparison is about the training code.
+SAME_MALLOC = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=18446744073709551615"
 
 
 def run(cmd, env=None):
