@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -166,8 +167,16 @@ struct ConvViaFp32 : torch::autograd::Function<ConvViaFp32> {
 using GemmBf16F32 = int (*)(char transa, char transb, int64_t M, int64_t N, int64_t K, float alpha, const void* A,
                             int64_t lda, const void* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// The function, or nullptr where it is absent or does not run here: oneDNN implements it only on
+// CPUs with AVX-512 and returns dnnl_unimplemented elsewhere, so one 1x1x1 product decides, once.
 GemmBf16F32 gemm_bf16_f32() {
-  static const auto fn = reinterpret_cast<GemmBf16F32>(dlsym(RTLD_DEFAULT, "dnnl_gemm_bf16bf16f32"));
+  static const GemmBf16F32 fn = []() -> GemmBf16F32 {
+    const auto f = reinterpret_cast<GemmBf16F32>(dlsym(RTLD_DEFAULT, "dnnl_gemm_bf16bf16f32"));
+    if (f == nullptr) return nullptr;
+    const uint16_t one = 0x3F80;  // 1.0 in bf16
+    float c = 0.0f;
+    return f('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) == 0 && c == 1.0f ? f : nullptr;
+  }();
   return fn;
 }
 

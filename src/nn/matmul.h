@@ -47,8 +47,9 @@ at::Tensor matmul(const at::Tensor& a, const at::Tensor& b);
 // of oneDNN's bf16 GEMM with an fp32 result (bf16 operands exactly, fp32 accumulation), the kernel
 // libtorch's bf16 products run on, without their rounding of the result to bf16; found at run time
 // in the oneDNN libtorch loaded (it exports `dnnl_gemm_bf16bf16f32`; version 2.6's header does not
-// declare it, later ones do). Returns false, computing nothing, where that function is absent
-// or the layouts do not fit it: the caller then takes libtorch's products.
+// declare it, later ones do). Returns false, computing nothing, where that function is absent or
+// does not run on this CPU (oneDNN has it for AVX-512 only), or the layouts do not fit it: the caller
+// then takes libtorch's products.
 bool bmm_bf16_into_fp32(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, float beta);
 // Whether that GEMM is there (then bmm_bf16_into_fp32 refuses only layouts it cannot take).
 bool has_bf16_gemm_with_fp32_result();
