@@ -1,5 +1,6 @@
 #include "nn/layers.h"
 
+#include "nn/activations.h"
 #include "nn/attention.h"
 #include "nn/init.h"
 #include "nn/matmul.h"
@@ -106,7 +107,7 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
   w3 = register_module("w3", Linear(dim, hidden));
 }
 
-torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) { return w2(torch::silu(w1(x)) * w3(x)); }
+torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) { return w2(swiglu(w1(x), w3(x))); }
 
 EmbeddingImpl::EmbeddingImpl(int64_t num_embeddings, int64_t dim) {
   weight = register_parameter("weight", new_parameter({num_embeddings, dim}));

@@ -1,5 +1,7 @@
 #include "nn/rms_norm.h"
 
+#include "nn/vec_math.h"
+
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -17,24 +19,9 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-constexpr int64_t kLanes = 16;      // interleaved partial sums of a row's reduction
 constexpr int64_t kBlockRows = 64;  // rows per partial sum of the weight's gradient
 
-// sum_j term(j) over 0 <= j < n: kLanes interleaved partial sums, combined pairwise. The order
-// depends on n only.
-template <typename A, typename Term>
-inline A lane_sum(int64_t n, const Term& term) {
-  A lane[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) lane[l] += term(j + l);
-  }
-  for (int64_t l = 0; j < n; ++j, ++l) lane[l] += term(j);
-  for (int64_t w = kLanes / 2; w > 0; w /= 2) {
-    for (int64_t l = 0; l < w; ++l) lane[l] += lane[l + w];
-  }
-  return lane[0];
-}
+using vec::lane_sum;
 
 // x's value normalized and rounded to x's dtype, as the forward multiplies it by the weight.
 template <typename T, typename A>

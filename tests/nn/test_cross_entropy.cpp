@@ -3,12 +3,14 @@
 // bf16 rounding of the gradient), ignored rows, several chunks of rows, and what forward keeps
 // for backward (counted at the allocator: no fp32 copy of the logits).
 #include "nn/cross_entropy.h"
+#include "support/tensor_compare.h"
 #include "util/tensor_memory.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 using namespace zeroshard;
+using zeroshard::testing::rel_diff;
 
 namespace {
 
@@ -31,11 +33,6 @@ Result ours(const torch::Tensor& logits, const torch::Tensor& targets, bool mean
   auto loss = mean ? nn::cross_entropy_mean(x, targets) : nn::cross_entropy_sum(x, targets);
   (loss * 0.75).backward();
   return {loss.detach(), x.grad()};
-}
-
-double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto af = a.to(torch::kDouble), bf = b.to(torch::kDouble);
-  return (af - bf).abs().max().item<double>() / std::max(1e-300, bf.abs().max().item<double>());
 }
 
 torch::Tensor targets_with_ignored(int64_t n, int64_t vocab, uint64_t seed) {

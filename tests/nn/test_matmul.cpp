@@ -4,6 +4,7 @@
 // keeps bf16 operands only (counted at the allocator). A linear layer without bias keeps
 // libtorch's bits in every dtype while its weight gradient takes a tied embedding's rows in place.
 #include "nn/matmul.h"
+#include "support/tensor_compare.h"
 #include "util/tensor_memory.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <torch/torch.h>
 
 using namespace zeroshard;
+using zeroshard::testing::rel_diff;
 
 namespace {
 
@@ -26,11 +28,6 @@ torch::Tensor bf16_randn(std::vector<int64_t> shape, uint64_t seed) {
 }
 
 // Largest |a - b| relative to the largest |b|.
-double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto af = a.to(torch::kDouble), bf = b.to(torch::kDouble);
-  return (af - bf).abs().max().item<double>() / bf.abs().max().item<double>();
-}
-
 }  // namespace
 
 TEST(Bf16Matmul, NamesParseAndAutoResolvesFromTheCpu) {

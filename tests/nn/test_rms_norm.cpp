@@ -3,6 +3,7 @@
 // a multiple of the lane or block counts; non-contiguous inputs; frozen weights and inputs; the
 // same bits under 1 and 2 intra-op threads; what forward keeps (counted at the allocator).
 #include "nn/rms_norm.h"
+#include "support/tensor_compare.h"
 #include "util/tensor_memory.h"
 
 #include <ATen/Parallel.h>
@@ -13,6 +14,7 @@
 #include <string>
 
 using namespace zeroshard;
+using zeroshard::testing::rel_diff;
 
 namespace {
 
@@ -27,11 +29,6 @@ Result run(const F& norm, const torch::Tensor& x0, const torch::Tensor& w0, cons
   auto y = norm(x, w);
   y.backward(dy);
   return {y.detach(), x.grad(), w.grad()};
-}
-
-double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto af = a.to(torch::kDouble), bf = b.to(torch::kDouble);
-  return (af - bf).abs().max().item<double>() / std::max(1e-300, bf.abs().max().item<double>());
 }
 
 // Shapes: D below, at and above the 16 lanes (not a multiple of them), rows across several

@@ -2,6 +2,7 @@
 // models when the output head shares the table): what libtorch does with it, and what the engine
 // does when a sparse gradient reaches it alone.
 #include "models/llama/llama.h"
+#include "support/tensor_compare.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/nn/deferred.h"
 #include "zeroshard/shard.h"
@@ -10,15 +11,7 @@
 #include <torch/torch.h>
 
 using namespace zeroshard;
-
-namespace {
-
-double rel_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>() /
-         b.to(at::kDouble).abs().max().item<double>();
-}
-
-}  // namespace
+using zeroshard::testing::rel_diff;
 
 // libtorch 1.13.1 fact: when a weight is used by a sparse-gradient embedding and by a dense
 // product, autograd adds the sparse rows into the dense gradient in place (InputBuffer), so the

@@ -1,5 +1,6 @@
 #include "models/flux/flux.h"
 
+#include "nn/activations.h"
 #include "nn/init.h"
 #include "util/text.h"
 
@@ -65,7 +66,7 @@ MlpImpl::MlpImpl(int64_t in, int64_t hidden, int64_t out, bool silu) : silu_(sil
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   const torch::Tensor h = fc1(x);
-  return fc2(silu_ ? torch::silu(h) : torch::gelu(h, "tanh"));
+  return fc2(silu_ ? torch::silu(h) : nn::gelu_tanh(h));
 }
 
 JointAttentionImpl::JointAttentionImpl(int64_t dim, int64_t n_heads) {
@@ -124,7 +125,7 @@ torch::Tensor SingleStreamBlockImpl::forward(const torch::Tensor& x, const torch
     const torch::Tensor u = linear1(modulate(h, m[0], m[1]));
     auto [q, k, vv] = split_heads(u.narrow(2, 0, 3 * D), config_.n_heads, norm_q, norm_k);
     const torch::Tensor a = attend(q, k, vv, pos, config_.rope_theta);
-    const torch::Tensor mlp = torch::gelu(u.narrow(2, 3 * D, u.size(2) - 3 * D), "tanh");
+    const torch::Tensor mlp = nn::gelu_tanh(u.narrow(2, 3 * D, u.size(2) - 3 * D));
     return std::vector<torch::Tensor>{h + m[2] * linear2(torch::cat({a, mlp}, -1))};
   });
   return out[0];

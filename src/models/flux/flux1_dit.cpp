@@ -1,5 +1,7 @@
 #include "models/flux/flux1_dit.h"
 
+#include "nn/activations.h"
+
 #include <numeric>
 #include <stdexcept>
 
@@ -75,7 +77,7 @@ Flux1MlpImpl::Flux1MlpImpl(int64_t dim, int64_t hidden) {
   fc2 = register_module("2", nn::Linear(hidden, dim, true));
 }
 
-torch::Tensor Flux1MlpImpl::forward(const torch::Tensor& x) { return fc2(torch::gelu(fc1(x), "tanh")); }
+torch::Tensor Flux1MlpImpl::forward(const torch::Tensor& x) { return fc2(nn::gelu_tanh(fc1(x))); }
 
 namespace {
 
@@ -138,7 +140,7 @@ torch::Tensor Flux1SingleBlockImpl::forward(const torch::Tensor& x, const torch:
     const at::Tensor proj = linear1(modulate(h, m[0], m[1], kEps));
     const auto qkv = heads_of(proj.narrow(-1, 0, 3 * hidden_), heads_, query_norm, key_norm);
     const at::Tensor attn = rope_attention(qkv[0], qkv[1], qkv[2], nn::RopeAngles{in[2], in[3]});
-    const at::Tensor mlp = torch::gelu(proj.narrow(-1, 3 * hidden_, mlp_hidden_), "tanh");
+    const at::Tensor mlp = nn::gelu_tanh(proj.narrow(-1, 3 * hidden_, mlp_hidden_));
     return std::vector<at::Tensor>{h + m[2] * linear2(at::cat({attn, mlp}, -1))};
   })[0];
 }

@@ -1,5 +1,6 @@
 #include "models/flux2/flux2_dit.h"
 
+#include "nn/activations.h"
 #include "nn/timestep.h"
 
 #include <numeric>
@@ -69,7 +70,7 @@ Flux2FeedForwardImpl::Flux2FeedForwardImpl(int64_t dim, int64_t hidden) {
 
 torch::Tensor Flux2FeedForwardImpl::forward(const torch::Tensor& x) {
   const auto ab = linear_in(x).chunk(2, -1);  // SwiGLU: silu(first half) * second half
-  return linear_out(torch::silu(ab[0]) * ab[1]);
+  return linear_out(nn::swiglu(ab[0], ab[1]));
 }
 
 Flux2AttentionImpl::Flux2AttentionImpl(int64_t dim, int64_t heads, int64_t head_dim, double eps) {
@@ -152,7 +153,7 @@ torch::Tensor Flux2SingleBlockImpl::forward(const torch::Tensor& x, const std::v
                                         attn->norm_k(split_heads(qkv[1], heads_)), split_heads(qkv[2], heads_),
                                         nn::RopeAngles{in[4], in[5]});
     const auto ab = proj.narrow(-1, 3 * inner_, 2 * mlp_hidden_).chunk(2, -1);
-    return std::vector<at::Tensor>{h + in[3] * attn->to_out(at::cat({o, torch::silu(ab[0]) * ab[1]}, -1))};
+    return std::vector<at::Tensor>{h + in[3] * attn->to_out(at::cat({o, nn::swiglu(ab[0], ab[1])}, -1))};
   })[0];
 }
 

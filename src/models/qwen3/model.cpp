@@ -1,5 +1,6 @@
 #include "models/qwen3/model.h"
 
+#include "nn/activations.h"
 #include "nn/attention.h"
 #include "nn/init.h"
 #include "nn/matmul.h"
@@ -66,7 +67,7 @@ MLPImpl::MLPImpl(int64_t hidden, int64_t intermediate) {
   down_proj = register_module("down_proj", nn::Linear(intermediate, hidden));
 }
 
-torch::Tensor MLPImpl::forward(const torch::Tensor& x) { return down_proj(torch::silu(gate_proj(x)) * up_proj(x)); }
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) { return down_proj(nn::swiglu(gate_proj(x), up_proj(x))); }
 
 SparseMoeBlockImpl::SparseMoeBlockImpl(const QwenConfig& c)
     : top_k_(c.num_experts_per_tok), norm_topk_prob_(c.norm_topk_prob) {

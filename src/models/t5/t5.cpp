@@ -1,6 +1,7 @@
 #include "models/t5/t5.h"
 
 #include "io/safetensors.h"
+#include "nn/activations.h"
 #include "nn/init.h"
 #include "nn/matmul.h"
 #include "nn/rms_norm.h"
@@ -183,7 +184,7 @@ T5FeedForwardImpl::T5FeedForwardImpl(int64_t dim, int64_t dim_ffn) {
 
 torch::Tensor T5FeedForwardImpl::forward(const torch::Tensor& x) {
   // gate.0 is the activated branch, fc1 the linear one (HF: wi_0 activated, wi_1 linear).
-  return fc2(fc1(x) * at::gelu(gate0(x), "tanh"));
+  return fc2(fc1(x) * nn::gelu_tanh(gate0(x)));
 }
 
 T5BlockImpl::T5BlockImpl(const T5Config& c) {

@@ -1,6 +1,7 @@
 #include "models/wan/dit.h"
 
 #include "io/safetensors.h"
+#include "nn/activations.h"
 #include "nn/attention.h"
 #include "nn/init.h"
 #include "nn/matmul.h"
@@ -233,7 +234,7 @@ torch::Tensor WanAttentionBlockImpl::body(const torch::Tensor& x, const torch::T
   at::Tensor y = self_attn->self_attention(plain_layer_norm(x, eps_) * (1 + m(1)) + m(0), cos, sin, key_padding);
   at::Tensor h = x + y * m(2);
   h = h + cross_attn->cross_attention(norm3 ? norm3(h) : h, context);  // ungated
-  y = ffn2(at::gelu(ffn0(plain_layer_norm(h, eps_) * (1 + m(4)) + m(3)), "tanh"));
+  y = ffn2(nn::gelu_tanh(ffn0(plain_layer_norm(h, eps_) * (1 + m(4)) + m(3))));
   return h + y * m(5);
 }
 
@@ -394,7 +395,7 @@ std::vector<torch::Tensor> WanModelImpl::body(const std::vector<torch::Tensor>& 
     const at::Tensor v = u.to(text0->weight.scalar_type());
     rows.push_back(at::cat({v, v.new_zeros({c.text_len - v.size(0), v.size(1)})}, 0));
   }
-  const at::Tensor context = text2(at::gelu(text0(at::stack(rows, 0)), "tanh"));
+  const at::Tensor context = text2(nn::gelu_tanh(text0(at::stack(rows, 0))));
 
   for (const auto& b : *blocks) h = b->as<WanAttentionBlockImpl>()->forward(h, e0, context, cos, sin, key_padding);
   h = head(h, e);  // [B, seq_len, pt*ph*pw*C]

@@ -1,11 +1,13 @@
 // nn::conv2d (added for the image VAEs): fp32 and float64 go straight to libtorch; bf16 via_fp32
 // is the fp32 convolution of the bf16 operands rounded once, with gradients matching fp32 autograd.
 #include "nn/matmul.h"
+#include "support/tensor_compare.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 using namespace zeroshard;
+using zeroshard::testing::rel_diff;
 
 namespace {
 
@@ -18,11 +20,6 @@ struct KernelScope {
 torch::Tensor ref_conv(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, int64_t s, int64_t p) {
   const std::vector<int64_t> stride = {s, s}, padding = {p, p};
   return torch::conv2d(x, w, b, stride, padding);
-}
-
-double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto af = a.to(torch::kDouble), bf = b.to(torch::kDouble);
-  return (af - bf).abs().max().item<double>() / bf.abs().max().item<double>();
 }
 
 }  // namespace

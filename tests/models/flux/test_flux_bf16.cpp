@@ -3,6 +3,7 @@
 #include "io/safetensors.h"
 #include "models/flux/flux1_dit.h"
 #include "models/flux/flux1_vae.h"
+#include "support/tensor_compare.h"
 
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 
 using namespace zeroshard;
 using namespace zeroshard::models::flux;
+using zeroshard::testing::rel_diff;
 
 namespace {
 
@@ -31,11 +33,6 @@ void load(torch::nn::Module& m, const std::string& name) {
   const auto w = read_all(case_dir(name) + "/model.safetensors");
   torch::NoGradGuard no_grad;
   for (auto& p : m.named_parameters()) p.value().copy_(w.at(p.key()));
-}
-
-double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto af = a.to(torch::kDouble), bf = b.to(torch::kDouble);
-  return (af - bf).abs().max().item<double>() / bf.abs().max().item<double>();
 }
 
 }  // namespace
