@@ -22,6 +22,16 @@ struct ParamInfo {
   int64_t numel = 0;
 };
 
+// Where a source reads a parameter from (ParamSource::locate): the engine's file-backed frozen
+// storage (ShardOptions::frozen_storage) maps `file` and uses the bytes where they lie.
+struct ParamLocation {
+  std::string file;    // empty: the values are computed (seeded init), not read from a file
+  bool whole = false;  // the parameter lies at `offset` as one row-major run of `dtype` elements
+  uint64_t offset = 0;
+  at::ScalarType dtype = at::kFloat;
+  bool in_file() const { return !file.empty(); }
+};
+
 // Where parameter values come from while fully_shard builds the shards. Each rank asks only
 // for the elements it keeps, one parameter range at a time, so a model built inside
 // nn::DeferredInit never exists whole on one rank (seeded init, a safetensors file, a
@@ -38,6 +48,13 @@ class ParamSource {
   // What the source found worth telling the user (tensors of a released file it leaves unread on
   // purpose, and why): logged by the trainer, printed by prepare and sample.
   virtual std::vector<std::string> notes() const { return {}; }
+  // Where `param` is read from (after check()): a file with the whole parameter at a byte offset,
+  // a file it is read from with a conversion (pieces concatenated, halves swapped), or nothing
+  // (computed). The default: computed.
+  virtual ParamLocation locate(const ParamInfo& param) const {
+    (void)param;
+    return {};
+  }
 };
 
 // Computes each whole parameter with fn(name, tensor) (e.g. seeded init), keeps the requested

@@ -25,6 +25,17 @@
 
 namespace zeroshard {
 
+// Where frozen parameters (requires_grad = false: a LoRA base, a frozen tower) live.
+enum class FrozenStorage {
+  Memory,  // this rank's shard in memory, gathered like any buffer (bf16 under bf16 param_dtype)
+  // Read where they lie in the files the param_source reads (ParamSource::locate), memory-mapped
+  // read-only and shared by every rank of a host through the page cache: never sharded, never
+  // all-gathered, no private copy. A parameter stored whole in the compute dtype is used in place;
+  // any other (another dtype, pieces concatenated) is converted into a buffer of its unit's when
+  // the unit is gathered and freed with it. Computed ones (seeded init) stay in memory.
+  File,
+};
+
 enum class Strategy {
   NoShard = 0,           // zero 0 / DDP: everything replicated, gradients all-reduced
   Optim = 1,             // zero 1: optimizer state sharded
@@ -80,6 +91,9 @@ struct ShardOptions {
   // Values for every parameter; required when the model was built inside nn::DeferredInit.
   // Empty: the module's current parameter values (rank r's values of its own shard win).
   std::shared_ptr<ParamSource> param_source;
+  // FrozenStorage::File keeps param_source for the run (it serves the converted parameters)
+  // and maps its files; the results are bitwise those of Memory.
+  FrozenStorage frozen_storage = FrozenStorage::Memory;
 };
 
 // One unit's flat buffer of one kind, as laid out at this world size.
@@ -92,8 +106,11 @@ struct FlatBufferInfo {
   // The dtype of the stored shard (local_shards()): float32 masters, or bfloat16 for a frozen
   // buffer under bf16 param_dtype (it never updates, so it keeps no fp32 copy).
   at::ScalarType dtype = at::kFloat;
+  // Frozen and read from the model's files (FrozenStorage::File): local_shards() reads this
+  // rank's slice from them, the same bits a Memory buffer stores.
+  bool file_backed = false;
   std::vector<ParamInfo> params;
-  std::string key() const { return unit + (trainable ? "/trainable" : "/frozen"); }
+  std::string key() const { return unit + (trainable ? "/trainable" : file_backed ? "/frozen_file" : "/frozen"); }
 };
 
 // Per-rank bytes of model state (fp32), as the ZeRO paper counts them.
@@ -110,6 +127,11 @@ struct MemoryStats {
   // send, gradients on their way through a reduce-scatter): tells a count of live bytes the
   // model's own tensors (activations) from the engine's.
   int64_t transient_bytes = 0;
+  // FrozenStorage::File: frozen bytes used in place from memory-mapped files (page cache shared
+  // by the host's ranks, not counted in params_bytes), and those converted into a unit's buffer
+  // at each gather (counted in gathered_bytes while gathered).
+  int64_t mapped_bytes = 0;
+  int64_t converted_bytes = 0;
   int64_t model_state_bytes() const { return params_bytes + grads_bytes + optim_bytes; }
 };
 
@@ -158,6 +180,9 @@ class ShardedModel {
   // frozen buffers under bf16 param_dtype in bf16, FlatBufferInfo::dtype): identical bits under
   // every strategy at the same world size (sliced over shard_comm()).
   std::vector<at::Tensor> local_shards() const;
+  // One of them (index into flat_buffers()): a file-backed buffer's slice is read from its files
+  // for the call, so writers take one buffer at a time instead of every slice at once.
+  at::Tensor local_shard(size_t buffer) const;
   // The layout of those buffers, in the same order.
   std::vector<FlatBufferInfo> flat_buffers() const;
   // Runs fn(name, full float32 tensor) for every parameter, gathering one buffer at a time.

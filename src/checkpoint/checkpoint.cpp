@@ -198,7 +198,7 @@ namespace {
 
 class CheckpointSource : public ParamSource {
  public:
-  explicit CheckpointSource(Checkpoint* ck) : ck_(ck) {}
+  CheckpointSource(Checkpoint* ck, bool frozen_read_elsewhere) : ck_(ck), frozen_elsewhere_(frozen_read_elsewhere) {}
 
   void check(const std::vector<ParamInfo>& params) override {
     const std::string where = "checkpoint " + ck_->dir();
@@ -216,7 +216,7 @@ class CheckpointSource : public ParamSource {
       }
     }
     for (const auto& t : ck_->tensors()) {
-      if (!wanted.count(t.name)) {
+      if (!wanted.count(t.name) && (t.trainable || !frozen_elsewhere_)) {
         throw std::runtime_error(where + ": tensor '" + t.name + "' is not a parameter of this model (another model?)");
       }
     }
@@ -228,11 +228,14 @@ class CheckpointSource : public ParamSource {
 
  private:
   Checkpoint* ck_;
+  bool frozen_elsewhere_;
 };
 
 }  // namespace
 
-std::shared_ptr<ParamSource> Checkpoint::param_source() { return std::make_shared<CheckpointSource>(this); }
+std::shared_ptr<ParamSource> Checkpoint::param_source(bool frozen_read_elsewhere) {
+  return std::make_shared<CheckpointSource>(this, frozen_read_elsewhere);
+}
 
 void Checkpoint::load_optimizer(ShardedModel& model, ShardedAdamW& optim) {
   if (model_only_) {

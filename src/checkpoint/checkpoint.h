@@ -103,8 +103,10 @@ class Checkpoint {
   std::string check_file(const FileRecord& f) const;
 
   // The parameter values, as a source for fully_shard: check() demands exactly the model's
-  // tensors with the same shapes.
-  std::shared_ptr<ParamSource> param_source();
+  // tensors with the same shapes. frozen_read_elsewhere: the run reads its frozen parameters
+  // from the model's files (model.frozen_storage=file), so the checkpoint's frozen tensors are
+  // not asked for.
+  std::shared_ptr<ParamSource> param_source(bool frozen_read_elsewhere = false);
   // AdamW state into this rank's shards (or full buffers under no_shard) and the step count.
   // A collective under no_shard (the state is replicated from the shards).
   void load_optimizer(ShardedModel& model, ShardedAdamW& optim);

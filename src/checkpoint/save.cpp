@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <stdexcept>
 
@@ -95,14 +96,16 @@ std::string save_checkpoint(const std::string& root, ShardedModel& model, Sharde
 
   // 1. This rank's file: per flat buffer its shard of the master values and AdamW state.
   const auto buffers = model.flat_buffers();
-  const auto shards = model.local_shards();
   std::vector<io::TensorEntry> entries;
   std::vector<at::Tensor> tensors;
+  std::map<size_t, size_t> read_when_written;  // tensor index -> its file-backed buffer
   size_t optim_index = 0;
   for (size_t b = 0; b < buffers.size(); ++b) {
     const auto& info = buffers[b];
     entries.push_back({info.key() + ".param", info.dtype, {info.shard_size}});  // frozen under bf16: bf16
-    tensors.push_back(shards[b]);
+    // A file-backed buffer's slice is read from its files when written (one buffer at a time).
+    if (info.file_backed) read_when_written[tensors.size()] = b;
+    tensors.push_back(info.file_backed ? at::Tensor() : model.local_shard(b));
     if (info.trainable && !options.model_only) {
       entries.push_back({info.key() + ".exp_avg", at::kFloat, {info.shard_size}});
       tensors.push_back(local_slice(optim.exp_avg(optim_index), info.shard_size, rank));
@@ -126,7 +129,7 @@ std::string save_checkpoint(const std::string& root, ShardedModel& model, Sharde
       std::fflush(stderr);
       std::raise(SIGKILL);
     }
-    writer.write(entries[i].name, tensors[i]);
+    writer.write(entries[i].name, tensors[i].defined() ? tensors[i] : model.local_shard(read_when_written.at(i)));
   }
   const auto& written = writer.entries();
   writer.finish();

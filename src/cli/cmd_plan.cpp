@@ -55,10 +55,14 @@ Command add_plan(CLI::App& app) {
                                 {"param_dtype", cfg.mixed_precision.param_dtype == train::DType::BF16 ? "bf16" : "fp32"},
                                 {"reduce_dtype", cfg.mixed_precision.reduce_dtype == train::DType::BF16 ? "bf16" : "fp32"},
                                 {"strategies", nlohmann::json::array()}};
+            // model.frozen_storage=file: which frozen parameters lie in files (headers only).
+            const std::shared_ptr<ParamSource> source =
+                cfg.frozen_storage == FrozenStorage::File ? train::initial_param_source(cfg, *task) : nullptr;
             shard::ModelPlan first;
             for (size_t i = 0; i < strategies.size(); ++i) {
               ShardOptions o = train::shard_options(cfg);
               o.strategy = strategies[i];
+              o.param_source = source;
               const shard::ModelPlan p = shard::plan_model(task->module(), o, a->nproc, cfg.train.grad_accum);
               if (i == 0) first = p;
               const shard::StrategyCost& c = p.cost;
@@ -78,11 +82,15 @@ Command add_plan(CLI::App& app) {
                                          {"comm_publish_bytes", c.comm_publish_bytes},
                                          {"comm_scalar_bytes", c.comm_scalar_bytes},
                                          {"comm_deferred_bytes", c.comm_deferred_bytes},
-                                         {"comm_deferred_chunk_bytes", c.comm_deferred_chunk_bytes}});
+                                         {"comm_deferred_chunk_bytes", c.comm_deferred_chunk_bytes},
+                                         {"mapped_bytes", c.mapped_bytes},
+                                         {"converted_bytes", c.converted_bytes},
+                                         {"file_bytes_per_pass", c.file_bytes_per_pass}});
             }
             j["num_params"] = first.num_params;
             j["num_trainable"] = first.num_trainable;
             j["units"] = static_cast<int64_t>(first.units.size());
+            j["frozen_storage"] = cfg.frozen_storage == FrozenStorage::File ? "file" : "memory";
             if (a->json) {
               std::printf("%s\n", j.dump(2).c_str());
               return 0;
@@ -100,6 +108,15 @@ Command add_plan(CLI::App& app) {
                           mib(s["params_bytes"]).c_str(), mib(s["grads_bytes"]).c_str(), mib(s["optim_bytes"]).c_str(),
                           mib(s["model_state_bytes"]).c_str(), mib(s["largest_unit_bytes"]).c_str(),
                           mib(s["gathered_peak_bytes"]).c_str(), mib(s["comm_bytes_per_step"]).c_str());
+            }
+            if (source) {
+              const shard::StrategyCost& c = first.cost;
+              std::printf("model.frozen_storage=file: %s of frozen weights used in place from the mapped files (page "
+                          "cache, shared by a host's ranks; not in params), %s converted into their unit's buffer at "
+                          "each use; one forward reads %s of the files (from storage when the page cache cannot "
+                          "keep them)\n",
+                          mib(c.mapped_bytes).c_str(), mib(c.converted_bytes).c_str(),
+                          mib(c.file_bytes_per_pass).c_str());
             }
             return 0;
           }};

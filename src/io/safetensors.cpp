@@ -185,6 +185,15 @@ void SafetensorsFile::read_range(const TensorEntry& e, int64_t begin, int64_t en
   }
 }
 
+ParamLocation SafetensorsFile::location(const TensorEntry& e, int64_t first) const {
+  ParamLocation l;
+  l.file = path();
+  l.whole = true;
+  l.offset = data_start_ + e.begin + static_cast<uint64_t>(first) * c10::elementSize(e.dtype);
+  l.dtype = e.dtype;
+  return l;
+}
+
 at::Tensor SafetensorsFile::read(const std::string& name) const {
   const TensorEntry* e = find(name);
   if (e == nullptr) throw std::runtime_error(path() + ": no tensor named '" + name + "'");
@@ -296,6 +305,11 @@ class SafetensorsSource : public ParamSource {
     const SafetensorsSet::Where* w = set_.find(param.name);
     if (w == nullptr) throw std::runtime_error(set_.path() + ": has no tensor '" + param.name + "'");
     w->file->read_range(*w->entry, begin, end, out);
+  }
+
+  ParamLocation locate(const ParamInfo& param) const override {
+    const SafetensorsSet::Where* w = set_.find(param.name);
+    return w == nullptr ? ParamLocation{} : w->file->location(*w->entry);
   }
 
  private:

@@ -63,6 +63,9 @@ class SafetensorsFile {
   // Elements [begin, end) of the flattened tensor into out (float32, end - begin elements).
   void read_range(const TensorEntry& e, int64_t begin, int64_t end, at::Tensor out) const;
   at::Tensor read(const std::string& name) const;  // the whole tensor, in its own dtype
+  // Where elements [first, first + n) of `e` lie in this file (ParamSource::locate): whole when
+  // they are all of a parameter of n elements.
+  ParamLocation location(const TensorEntry& e, int64_t first = 0) const;
 
  private:
   ReadOnlyFile file_;

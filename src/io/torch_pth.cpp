@@ -5,12 +5,8 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "io/mapped_file.h"
 
-#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -26,35 +22,6 @@ bool is_torch_save_file(const std::string& path) {
 }
 
 namespace {
-
-// The file, mapped read-only for the source's life.
-class MappedFile {
- public:
-  explicit MappedFile(const std::string& path) : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw std::runtime_error("cannot open '" + path + "': " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || st.st_size == 0) {
-      ::close(fd);
-      throw std::runtime_error("'" + path + "' is empty or cannot be read");
-    }
-    size_ = static_cast<size_t>(st.st_size);
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED) throw std::runtime_error("cannot map '" + path + "': " + std::strerror(errno));
-    data_ = static_cast<char*>(p);
-  }
-  ~MappedFile() { ::munmap(data_, size_); }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  char* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  std::string path_;
-  char* data_ = nullptr;
-  size_t size_ = 0;
-};
 
 class TorchPthSource : public ParamSource {
  public:
@@ -81,7 +48,7 @@ class TorchPthSource : public ParamSource {
       const size_t offset = reader.getRecordOffset(name);
       if (offset > keep->size()) throw std::runtime_error(path_ + ": storage '" + key + "' lies past the end of the file");
       // A view on the mapping (no deleter): the tensors live no longer than this source.
-      return at::DataPtr(keep->data() + offset, at::Device(at::kCPU));
+      return at::DataPtr(const_cast<char*>(keep->data()) + offset, at::Device(at::kCPU));
     };
     auto no_classes = [this](const c10::QualifiedName& name) -> c10::StrongTypePtr {
       throw std::runtime_error(path_ + ": holds an object of class " + name.qualifiedName() +
@@ -142,6 +109,18 @@ class TorchPthSource : public ParamSource {
     // reshape is a view for the contiguous tensors a state dict holds; narrow touches only the
     // range's pages of the mapping; the copy widens bf16 / f16 exactly.
     out.copy_(it->second.reshape({-1}).narrow(0, begin, end - begin));
+  }
+
+  ParamLocation locate(const ParamInfo& param) const override {
+    auto it = tensors_.find(param.name);
+    if (it == tensors_.end()) return {};
+    const at::Tensor& t = it->second;
+    ParamLocation l;
+    l.file = path_;
+    l.whole = t.is_contiguous();
+    l.offset = static_cast<uint64_t>(static_cast<const char*>(t.data_ptr()) - file_->data());
+    l.dtype = t.scalar_type();
+    return l;
   }
 
  private:

@@ -391,6 +391,17 @@ class NameMappedSource : public ParamSource {
     }
   }
 
+  // Whole where one segment is all of the parameter (a rename, a reshape, a piece of a fused
+  // tensor); pieces concatenated or halves swapped are read with a conversion.
+  ParamLocation locate(const ParamInfo& param) const override {
+    const auto it = plans_.find(param.name);
+    if (it == plans_.end() || it->second.empty()) return {};
+    const Segment& s = it->second.front();
+    ParamLocation l = s.file->location(*s.entry, s.their_begin);
+    l.whole = it->second.size() == 1 && s.our_begin == 0 && s.length == numel_of(param.shape);
+    return l;
+  }
+
  private:
   // Elements [our_begin, our_begin + length) of our parameter are elements [their_begin, ...)
   // of their tensor `entry`.

@@ -46,6 +46,7 @@ class ShardedModel::Impl {
   void reset_gathered_peak() { gathered_peak_ = gathered_bytes_; }
   shard::CommClock& clock() { return clock_; }
   std::vector<at::Tensor> local_shards() const;
+  at::Tensor local_shard(size_t buffer) const;
   std::vector<FlatBufferInfo> flat_buffers() const;
   void for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn);
 
@@ -90,6 +91,7 @@ class ShardedModel::Impl {
   std::vector<bool> published_;                // per trainable buffer: after_buffer_update done this step
   float grad_scale_ = 1.0f;
   int micro_batches_ = 0;
+  shard::MappedFiles mapped_files_;  // FrozenStorage::File: each file mapped once
   int64_t gathered_bytes_ = 0;
   int64_t gathered_peak_ = 0;
   int64_t optim_bytes_ = 0;

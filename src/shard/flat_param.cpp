@@ -29,7 +29,29 @@ FlatParam::FlatParam(std::string unit_name, bool trainable, std::vector<ParamSlo
   layout_ = ShardLayout(total, world_size);
 }
 
+void FlatParam::read_from_files(std::unique_ptr<FileBacked> files, bool on_use) {
+  if (trainable_ || shard_params_ || keep_full_master_) {
+    throw std::logic_error("FlatParam: only a replicated frozen buffer reads its parameters from files ('" +
+                           unit_name_ + "')");
+  }
+  files_ = std::move(files);
+  files_on_use_ = on_use;
+}
+
 void FlatParam::materialize(ParamSource* source, Communicator& comm) {
+  if (files_) {
+    // Nothing stored: in-place parameters view the mapping, converted ones a buffer loaded for
+    // each use (or once, without hooks to load it).
+    full_ = at::empty({files_->converted_numel()}, compute_dtype_);
+    files_->bind(slots_, full_);
+    gathered_ = true;
+    if (files_on_use_) {
+      free_full();
+    } else {
+      files_->load(slots_, full_);
+    }
+    return;
+  }
   const int64_t begin = layout_.shard_begin(rank_);
   // Frozen under mixed precision: stored in the compute dtype. Each range is read in fp32 (what
   // sources deliver) and rounded once, as the cast of an fp32 master before a gather would.
@@ -79,7 +101,21 @@ void FlatParam::materialize(ParamSource* source, Communicator& comm) {
   if (transient()) free_full();
 }
 
+void FlatParam::load_from_files() {
+  if (!files_) throw std::logic_error("FlatParam::load_from_files: buffer of '" + unit_name_ + "' is not file-backed");
+  if (gathered_) return;
+  allocate_full();
+  files_->load(slots_, full_);
+}
+
+at::Tensor FlatParam::shard_values() const {
+  if (!files_) return shard_;
+  const int64_t begin = layout_.shard_begin(rank_);
+  return files_->read_flat(slots_, begin, begin + layout_.shard_size);
+}
+
 int64_t FlatParam::resident_bytes() const {
+  if (files_) return files_on_use_ ? 0 : full_bytes();  // the mapped bytes are the page cache's
   if (shard_params_) return shard_bytes();
   if (cast_on_use_) return layout_.padded * static_cast<int64_t>(sizeof(float));  // the full master only
   if (!mixed() || storage_dtype_ != at::kFloat) return full_bytes();  // shard_ views full_
@@ -114,6 +150,7 @@ void FlatParam::free_full() {
   if (!gathered_) return;
   release_storage_bytes(full_);
   gathered_ = false;
+  if (files_) files_->done();
 }
 
 void FlatParam::take_grads_into(const at::Tensor& flat) {

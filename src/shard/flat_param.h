@@ -4,12 +4,14 @@
 // saved) stays the same.
 #pragma once
 
+#include "shard/file_backed.h"
 #include "shard/layout.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/shard.h"
 
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,18 @@ class FlatParam {
   // full buffer; under optim_grads_params never more than the shard. Collective when the
   // parameters are replicated.
   void materialize(ParamSource* source, Communicator& comm);
+  // FrozenStorage::File, before materialize (a frozen buffer, neither sharded nor with a
+  // master): the parameters are read where they lie in the files `files` maps, never stored or
+  // gathered (shard/file_backed.h). on_use: the converted parameters' buffer exists only while
+  // the unit is gathered (load_from_files in its hooks); false: loaded once and kept.
+  void read_from_files(std::unique_ptr<FileBacked> files, bool on_use);
+  bool file_backed() const { return files_ != nullptr; }
+  const FileBacked* files() const { return files_.get(); }
+  // FrozenStorage::File: before the unit runs (allocates the converted buffer; FileBacked::load).
+  void load_from_files();
+  // This rank's slice in storage_dtype(): shard(), or for a file-backed buffer the same values
+  // read from its files.
+  at::Tensor shard_values() const;
 
   const std::string& unit_name() const { return unit_name_; }
   bool trainable() const { return trainable_; }
@@ -59,8 +73,13 @@ class FlatParam {
   // precision (nothing to update, so no fp32 copy).
   at::ScalarType storage_dtype() const { return storage_dtype_; }
   // Bytes of the full compute buffer (what a gather materializes) and of this rank's shard.
-  int64_t full_bytes() const { return layout_.padded * static_cast<int64_t>(c10::elementSize(compute_dtype_)); }
-  int64_t shard_bytes() const { return layout_.shard_size * static_cast<int64_t>(c10::elementSize(storage_dtype_)); }
+  // A file-backed buffer: the converted parameters' buffer, and no shard.
+  int64_t full_bytes() const {
+    return (files_ ? files_->converted_numel() : layout_.padded) * static_cast<int64_t>(c10::elementSize(compute_dtype_));
+  }
+  int64_t shard_bytes() const {
+    return files_ ? 0 : layout_.shard_size * static_cast<int64_t>(c10::elementSize(storage_dtype_));
+  }
   // Parameter bytes this rank keeps between steps (masters or frozen values + a replicated
   // compute copy).
   int64_t resident_bytes() const;
@@ -80,7 +99,7 @@ class FlatParam {
   // The compute buffer is cast from the full fp32 master for each use and freed after.
   bool casts_on_use() const { return cast_on_use_; }
   // The compute buffer exists only while in use (gathered, or cast), not between uses.
-  bool transient() const { return shard_params_ || cast_on_use_; }
+  bool transient() const { return shard_params_ || cast_on_use_ || (files_ && files_on_use_); }
 
   // Re-allocates the full buffer's bytes (contents undefined) / frees them.
   void allocate_full();
@@ -112,6 +131,8 @@ class FlatParam {
   at::Tensor master_full_;
   at::Tensor shard_;
   bool gathered_ = true;
+  std::unique_ptr<FileBacked> files_;
+  bool files_on_use_ = false;
 };
 
 }  // namespace zeroshard::shard

@@ -35,6 +35,9 @@ class CombinedSource : public ParamSource {
   void read(const ParamInfo& param, int64_t begin, int64_t end, at::Tensor out) override {
     (take_from_second_(param.name) ? second_ : first_)->read(param, begin, end, std::move(out));
   }
+  ParamLocation locate(const ParamInfo& param) const override {
+    return (take_from_second_(param.name) ? second_ : first_)->locate(param);
+  }
   std::vector<std::string> notes() const override {
     std::vector<std::string> all = first_->notes(), more = second_->notes();
     all.insert(all.end(), more.begin(), more.end());
@@ -60,6 +63,7 @@ class PrefixedSource : public ParamSource {
   void read(const ParamInfo& param, int64_t begin, int64_t end, at::Tensor out) override {
     inner_->read(strip(param), begin, end, std::move(out));
   }
+  ParamLocation locate(const ParamInfo& param) const override { return inner_->locate(strip(param)); }
   std::vector<std::string> notes() const override { return inner_->notes(); }
 
  private:

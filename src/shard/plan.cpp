@@ -1,12 +1,14 @@
 #include "shard/plan.h"
 
 #include "shard/bucket.h"
+#include "shard/file_backed.h"
 #include "shard/layout.h"
 #include "shard/strategy_plan.h"
 #include "shard/unit.h"
 #include "zeroshard/nn/hookable.h"
 
 #include <algorithm>
+#include <filesystem>
 
 namespace zeroshard::shard {
 
@@ -47,15 +49,50 @@ ModelPlan plan_model(const std::shared_ptr<torch::nn::Module>& module, const Sha
   c.shard_ranks = S;
   c.replicas = R;
   // Per unit, in the engine's order: its buffers (trainable first, as the engine builds them).
+  // FrozenStorage::File: the frozen parameters the source reads from files take no buffer of
+  // their own (in place) or a transient one (converted), as FlatParam::read_from_files.
+  ParamSource* source = options.frozen_storage == FrozenStorage::File ? options.param_source.get() : nullptr;
+  if (source != nullptr) {
+    std::vector<ParamInfo> all;
+    for (const auto& u : assigned) {
+      for (const auto* slots : {&u.trainable, &u.frozen}) {
+        for (const auto& s : *slots) all.push_back({s.name, s.param.sizes().vec(), 0, s.param.numel()});
+      }
+    }
+    source->check(all);
+  }
+  auto from_file = [&](const ParamSlot& s, int64_t* gathered) {
+    if (source == nullptr) return false;
+    const ParamLocation loc = source->locate({s.name, s.param.sizes().vec(), 0, s.param.numel()});
+    if (!loc.in_file()) return false;
+    const int64_t numel = s.param.numel();
+    c.file_bytes_per_pass += numel * static_cast<int64_t>(c10::elementSize(loc.dtype));
+    if (FileBacked::in_place(loc, numel, options.param_dtype, std::filesystem::file_size(loc.file))) {
+      c.mapped_bytes += numel * ce;
+    } else {
+      c.converted_bytes += numel * ce;
+      *gathered += numel * ce;
+    }
+    return true;
+  };
   std::vector<std::vector<Buffer>> unit_buffers;
+  std::vector<int64_t> unit_converted;  // per unit: its converted file-backed parameters' bytes
   for (const auto& u : assigned) {
     PlannedUnit pu;
     pu.name = u.name;
     std::vector<Buffer> buffers;
+    unit_converted.push_back(0);
     for (const auto* slots : {&u.trainable, &u.frozen}) {
       if (slots->empty()) continue;
-      int64_t numel = 0;
-      for (const auto& s : *slots) numel += s.param.numel();
+      int64_t numel = 0, file_numel = 0, converted_bytes = 0;
+      for (const auto& s : *slots) {
+        if (slots == &u.frozen && from_file(s, &converted_bytes)) file_numel += s.param.numel();
+        else numel += s.param.numel();
+      }
+      pu.frozen_numel += file_numel;
+      pu.gathered_bytes += converted_bytes;
+      unit_converted.back() += converted_bytes;
+      if (numel == 0) continue;
       Buffer b;
       b.layout = ShardLayout(numel, S);
       b.trainable = slots == &u.trainable;
@@ -65,7 +102,7 @@ ModelPlan plan_model(const std::shared_ptr<torch::nn::Module>& module, const Sha
       // not a HookableModule).
       b.cast = b.trainable && plan.full_master && mixed && !b.sharded &&
                (&u != &assigned.front() || dynamic_cast<const nn::HookableModule*>(u.module.get()) != nullptr);
-      (b.trainable ? pu.trainable_numel : pu.frozen_numel) = numel;
+      (b.trainable ? pu.trainable_numel : pu.frozen_numel) += numel;
       pu.gathered_bytes += b.layout.padded * ce;
       pu.sharded = pu.sharded || b.sharded;
       buffers.push_back(b);
@@ -95,30 +132,27 @@ ModelPlan plan_model(const std::shared_ptr<torch::nn::Module>& module, const Sha
     }
   }
 
-  // Gathered at once under optim_grads_params: the root (kept from its forward through its
-  // backward) and a window of consecutive units.
-  const int64_t root_gathered = out.units.empty() || !out.units[0].sharded ? 0 : out.units[0].gathered_bytes;
-  const size_t window = options.prefetch ? static_cast<size_t>(std::max(1, options.max_live_units)) : 2;
-  int64_t widest = 0;
-  for (size_t i = 1; i < out.units.size(); ++i) {
-    int64_t sum = 0;
-    for (size_t j = i; j < out.units.size() && j < i + window; ++j) sum += out.units[j].sharded ? out.units[j].gathered_bytes : 0;
-    widest = std::max(widest, sum);
-  }
-  c.gathered_peak_bytes = plan.shard_params ? root_gathered + widest : 0;
-  // no_shard in bf16 casts a unit's compute copy at its pre-forward and pre-backward and frees it
-  // after its forward / its reduction, without prefetch: the root (kept from its forward through
-  // its backward) and one unit at a time.
-  auto cast_bytes = [&](size_t u) {
-    int64_t bytes = 0;
-    for (const Buffer& b : unit_buffers[u]) bytes += b.cast ? b.layout.padded * ce : 0;
+  // Compute buffers alive only while their unit runs (ShardedModel's gathered bytes): sharded
+  // buffers gathered (optim_grads_params), compute copies cast from a full master (no_shard in
+  // bf16) and converted file-backed parameters. The root (kept from its forward through its
+  // backward) and a window of consecutive units: the prefetch window when the engine prefetches
+  // (optim_grads_params, or any strategy with file-backed frozen storage), else two units when
+  // they are gathered (the next one's gather starts before the last one is freed in backward)
+  // and one when they are only cast or converted.
+  auto transient_bytes = [&](size_t u) {
+    int64_t bytes = unit_converted[u];
+    for (const Buffer& b : unit_buffers[u]) bytes += (b.sharded || b.cast) ? b.layout.padded * ce : 0;
     return bytes;
   };
-  if (!plan.shard_params && !unit_buffers.empty()) {
-    int64_t widest_cast = 0;
-    for (size_t i = 1; i < unit_buffers.size(); ++i) widest_cast = std::max(widest_cast, cast_bytes(i));
-    c.gathered_peak_bytes = cast_bytes(0) + widest_cast;
+  const bool prefetches = options.prefetch && (plan.shard_params || options.frozen_storage == FrozenStorage::File);
+  const size_t window = prefetches ? static_cast<size_t>(std::max(1, options.max_live_units)) : plan.shard_params ? 2 : 1;
+  int64_t widest = 0;
+  for (size_t i = 1; i < unit_buffers.size(); ++i) {
+    int64_t sum = 0;
+    for (size_t j = i; j < unit_buffers.size() && j < i + window; ++j) sum += transient_bytes(j);
+    widest = std::max(widest, sum);
   }
+  c.gathered_peak_bytes = unit_buffers.empty() ? 0 : transient_bytes(0) + widest;
 
   // One step's collectives, per rank.
   std::vector<int64_t> reduce_order;  // trainable buffers' shard sizes in the order backward reduces them

@@ -62,6 +62,11 @@ struct StrategyCost {
   // forward, and the bytes of one ring step of each of those all-gathers (S - 1 steps each).
   int64_t comm_deferred_bytes = 0;
   std::vector<int64_t> comm_deferred_chunk_bytes;
+  // FrozenStorage::File (with a param_source): frozen bytes used in place from the mapped files
+  // (the host's page cache, shared by its ranks; not in params_bytes), bytes converted into their
+  // unit's buffer at each gather (in the units' gathered bytes), and the bytes those parameters
+  // take in their files: what one forward reads, from storage when the page cache cannot keep them.
+  int64_t mapped_bytes = 0, converted_bytes = 0, file_bytes_per_pass = 0;
   int64_t model_state_bytes() const { return params_bytes + grads_bytes + optim_bytes; }
   int64_t comm_bytes() const {
     return comm_param_gather_bytes + comm_reduce_bytes + comm_grad_gather_bytes + comm_publish_bytes +
@@ -76,8 +81,10 @@ struct ModelPlan {
 };
 
 // The cost of `module` under `options` (its strategy, wrap policy, dtypes, persistence
-// threshold, buckets, hybrid group) at world_size ranks, with micro_batches per step. Nothing
-// is allocated: the module's parameters only need their shapes.
+// threshold, buckets, hybrid group, frozen storage) at world_size ranks, with micro_batches per
+// step. Nothing is allocated: the module's parameters only need their shapes. Under
+// FrozenStorage::File the param_source is checked and asked where each frozen parameter lies
+// (file headers are read, no weights).
 ModelPlan plan_model(const std::shared_ptr<torch::nn::Module>& module, const ShardOptions& options, int world_size,
                      int64_t micro_batches);
 

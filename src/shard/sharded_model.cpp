@@ -47,6 +47,7 @@ CommStats ShardedModel::comm_stats() const { return impl_->comm_stats(); }
 double ShardedModel::exposed_comm_seconds() const { return impl_->clock().seconds(); }
 void ShardedModel::reset_exposed_comm() { impl_->clock().reset(); }
 std::vector<at::Tensor> ShardedModel::local_shards() const { return impl_->local_shards(); }
+at::Tensor ShardedModel::local_shard(size_t buffer) const { return impl_->local_shard(buffer); }
 std::vector<FlatBufferInfo> ShardedModel::flat_buffers() const { return impl_->flat_buffers(); }
 void ShardedModel::for_each_full_parameter(const std::function<void(const std::string&, const at::Tensor&)>& fn) {
   impl_->for_each_full_parameter(fn);
@@ -87,7 +88,9 @@ ShardedModel::Impl::Impl(std::shared_ptr<torch::nn::Module> module, std::shared_
     : module_(std::move(module)), comm_(std::move(comm)), options_(std::move(options)),
       plan_(checked_plan(module_, comm_, options_)),
       // Prefetch hides all-gathers; a cast (no_shard in bf16) is compute, done when used.
-      prefetch_(options_.prefetch && plan_.shard_params, options_.max_live_units) {
+      // File-backed frozen units are loaded ahead too (the kernel reads their pages in advance).
+      prefetch_(options_.prefetch && (plan_.shard_params || options_.frozen_storage == FrozenStorage::File),
+                options_.max_live_units) {
   if (!options_.wrap_policy) options_.wrap_policy = wrap_every_hookable();
   if (plan_.hybrid()) {
     // Groups of consecutive ranks hold one copy each; the ranks holding the same shard in
@@ -179,10 +182,41 @@ void ShardedModel::Impl::build_units() {
   // 1-2. Units and the parameters of each (shard/unit.h).
   std::vector<shard::UnitParams> assigned = shard::assign_units(module_, options_.wrap_policy);
   const int n_units = static_cast<int>(assigned.size());
-  std::vector<std::vector<ParamSlot>> trainable(n_units), frozen(n_units);
+
+  // Values come from the source, checked first, so a file that does not fit the model fails
+  // before anything is read or laid out.
+  ParamSource* source = options_.param_source.get();
+  std::vector<ParamInfo> all;
+  for (const auto& unit : assigned) {
+    for (const auto* slots : {&unit.trainable, &unit.frozen}) {
+      for (const auto& s : *slots) {
+        if (source == nullptr && nn::is_deferred(s.param)) {
+          throw std::invalid_argument("fully_shard: parameter '" + s.name +
+                                      "' was built inside nn::DeferredInit (no values yet), but "
+                                      "ShardOptions::param_source is empty; pass a source (e.g. "
+                                      "param_source_from_init) to materialize it");
+        }
+        ParamInfo info = s;
+        info.shape = s.param.sizes().vec();
+        info.numel = s.param.numel();
+        all.push_back(std::move(info));
+      }
+    }
+  }
+  if (source != nullptr) source->check(all);
+
+  // FrozenStorage::File: the frozen parameters the source reads from a file are used from it
+  // (the `mapped` buffer); computed ones (seeded) stay in the `frozen` buffer.
+  const bool from_files = options_.frozen_storage == FrozenStorage::File && source != nullptr;
+  std::vector<std::vector<ParamSlot>> trainable(n_units), frozen(n_units), mapped(n_units);
   for (int u = 0; u < n_units; ++u) {
     trainable[u] = std::move(assigned[static_cast<size_t>(u)].trainable);
-    frozen[u] = std::move(assigned[static_cast<size_t>(u)].frozen);
+    for (auto& s : assigned[static_cast<size_t>(u)].frozen) {
+      ParamInfo info = s;
+      info.shape = s.param.sizes().vec();
+      const bool in_file = from_files && source->locate(info).in_file();
+      (in_file ? mapped : frozen)[u].push_back(std::move(s));
+    }
   }
 
   // 3. Build units: root first, then the chosen modules in pre-order. The plan decides which
@@ -212,6 +246,14 @@ void ShardedModel::Impl::build_units() {
       unit->frozen = std::make_unique<FlatParam>(unit->name, false, std::move(frozen[u]), rank, world, shard,
                                                  /*full_master=*/false, options_.param_dtype);
     }
+    if (!mapped[u].empty()) {
+      unit->mapped = std::make_unique<FlatParam>(unit->name, false, std::move(mapped[u]), rank, world,
+                                                 /*shard_params=*/false, /*full_master=*/false, options_.param_dtype);
+      // A unit with hooks loads its converted parameters for each use; a root without keeps them.
+      unit->mapped->read_from_files(std::make_unique<shard::FileBacked>(unit->mapped->slots(), options_.param_source,
+                                                                        mapped_files_, options_.param_dtype),
+                                    /*on_use=*/unit->module != nullptr);
+    }
     Unit* raw = unit.get();
     unit->post_backward_callback = [raw, this] {
       // One call's backward is done; the unit's gradients are complete after the last one.
@@ -237,31 +279,16 @@ void ShardedModel::Impl::build_units() {
     units_.push_back(std::move(unit));
   }
 
-  // 4. Values: this rank's shard of every flat buffer, from the source (checked first, so a
-  //    file that does not fit the model fails before anything is read).
-  ParamSource* source = options_.param_source.get();
-  std::vector<ParamInfo> all;
-  for (const auto& u : units_) {
-    for (const FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
-      if (f == nullptr) continue;
-      for (const auto& s : f->slots()) {
-        if (source == nullptr && nn::is_deferred(s.param)) {
-          throw std::invalid_argument("fully_shard: parameter '" + s.name +
-                                      "' was built inside nn::DeferredInit (no values yet), but "
-                                      "ShardOptions::param_source is empty; pass a source (e.g. "
-                                      "param_source_from_init) to materialize it");
-        }
-        all.push_back(s);
-      }
-    }
-  }
-  if (source != nullptr) source->check(all);
+  // 4. Values: this rank's shard of every flat buffer (file-backed ones map their files).
   for (auto& u : units_) {
-    for (FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
-      if (f != nullptr) f->materialize(source, *shard_comm_);
-    }
+    for (FlatParam* f : u->buffers()) f->materialize(source, *shard_comm_);
   }
-  options_.param_source.reset();  // only needed while building (it may hold files open)
+  // Only needed while building (it may hold files open), unless file-backed buffers read through
+  // it (FileBacked keeps its own reference; a resumed run's combined source routes every name
+  // those buffers read to the model's files, never to the checkpoint it was built with).
+  bool any_mapped = false;
+  for (const auto& u : units_) any_mapped = any_mapped || u->mapped != nullptr;
+  if (!any_mapped) options_.param_source.reset();
 }
 
 // --- Queries --------------------------------------------------------------------------------
@@ -277,12 +304,13 @@ void ShardedModel::Impl::for_each_full_parameter(
   at::NoGradGuard no_grad;
   for (auto& u : units_) finish_gather(*u);  // a replicated fp32 master is its compute buffer
   for (auto& u : units_) {
-    for (FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
-      if (f == nullptr) continue;
+    for (FlatParam* f : u->buffers()) {
       // The fp32 master values: kept whole on this rank, or gathered for this buffer only. A
       // frozen buffer stored in bf16 is gathered as such and widened (exact).
       at::Tensor full = f->master_full();
-      if (!full.defined()) {
+      if (f->file_backed()) {  // every rank reads the files: nothing to gather
+        full = f->files()->read_flat(f->slots(), 0, f->layout().padded).to(at::kFloat);
+      } else if (!full.defined()) {
         full = at::empty({f->layout().padded}, f->storage_dtype());
         shard_comm_->all_gather(f->shard(), full);
         if (full.scalar_type() != at::kFloat) full = full.to(at::kFloat);
@@ -295,18 +323,25 @@ void ShardedModel::Impl::for_each_full_parameter(
 std::vector<at::Tensor> ShardedModel::Impl::local_shards() const {
   std::vector<at::Tensor> out;
   for (const auto& u : units_) {
-    for (const FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
-      if (f != nullptr) out.push_back(f->shard());
-    }
+    for (const FlatParam* f : u->buffers()) out.push_back(f->shard_values());
   }
   return out;
+}
+
+at::Tensor ShardedModel::Impl::local_shard(size_t buffer) const {
+  size_t i = 0;
+  for (const auto& u : units_) {
+    for (const FlatParam* f : u->buffers()) {
+      if (i++ == buffer) return f->shard_values();
+    }
+  }
+  throw std::out_of_range("ShardedModel::local_shard: buffer " + std::to_string(buffer) + " of " + std::to_string(i));
 }
 
 std::vector<FlatBufferInfo> ShardedModel::Impl::flat_buffers() const {
   std::vector<FlatBufferInfo> out;
   for (const auto& u : units_) {
-    for (const FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
-      if (f == nullptr) continue;
+    for (const FlatParam* f : u->buffers()) {
       FlatBufferInfo info;
       info.unit = u->name;
       info.trainable = f->trainable();
@@ -314,6 +349,7 @@ std::vector<FlatBufferInfo> ShardedModel::Impl::flat_buffers() const {
       info.padded = f->layout().padded;
       info.shard_size = f->layout().shard_size;
       info.dtype = f->storage_dtype();
+      info.file_backed = f->file_backed();
       for (const auto& s : f->slots()) info.params.push_back(s);
       out.push_back(std::move(info));
     }
@@ -324,11 +360,14 @@ std::vector<FlatBufferInfo> ShardedModel::Impl::flat_buffers() const {
 MemoryStats ShardedModel::Impl::memory() const {
   MemoryStats m;
   for (const auto& u : units_) {
-    for (const FlatParam* f : {u->trainable.get(), u->frozen.get()}) {
-      if (f == nullptr) continue;
+    for (const FlatParam* f : u->buffers()) {
       m.num_params += f->layout().numel;
       if (f->trainable()) m.num_trainable += f->layout().numel;
       m.params_bytes += f->resident_bytes();
+      if (f->file_backed()) {
+        m.mapped_bytes += f->files()->mapped_bytes();
+        m.converted_bytes += f->full_bytes();
+      }
     }
     m.largest_unit_bytes = std::max(m.largest_unit_bytes, u->gathered_size_bytes());
   }

@@ -20,6 +20,8 @@ struct Unit {
   std::shared_ptr<nn::ForwardHooks> hooks;
   std::unique_ptr<FlatParam> trainable;  // requires_grad parameters
   std::unique_ptr<FlatParam> frozen;     // requires_grad = false: sharded, gathered, no grad/state
+  // requires_grad = false, FrozenStorage::File: read from the model's files (FlatParam::read_from_files)
+  std::unique_ptr<FlatParam> mapped;
   // The trainable buffer's index in the gradient reducer and the optimizer (-1: none).
   int grad_index = -1;
 
@@ -39,14 +41,31 @@ struct Unit {
   // Whether this unit's parameters are gathered before use and freed after (a buffer sharded
   // under optim_grads_params, above the persistence threshold), or, under no_shard with a bf16
   // compute dtype, cast from the full fp32 master before use and freed after (FlatParam).
-  bool gathers() const { return (trainable && trainable->transient()) || (frozen && frozen->transient()); }
+  // The buffers that exist, in the engine's order: trainable, frozen, mapped.
+  std::vector<FlatParam*> buffers() const {
+    std::vector<FlatParam*> out;
+    for (FlatParam* f : {trainable.get(), frozen.get(), mapped.get()}) {
+      if (f != nullptr) out.push_back(f);
+    }
+    return out;
+  }
+  bool gathers() const {
+    for (const FlatParam* f : buffers()) {
+      if (f->transient()) return true;
+    }
+    return false;
+  }
   bool gathered() const {
-    return (trainable && trainable->transient() && trainable->gathered()) ||
-           (frozen && frozen->transient() && frozen->gathered());
+    for (const FlatParam* f : buffers()) {
+      if (f->transient() && f->gathered()) return true;
+    }
+    return false;
   }
 
   int64_t gathered_size_bytes() const {
-    return (trainable ? trainable->full_bytes() : 0) + (frozen ? frozen->full_bytes() : 0);
+    int64_t n = 0;
+    for (const FlatParam* f : buffers()) n += f->full_bytes();
+    return n;
   }
 };
 

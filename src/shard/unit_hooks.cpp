@@ -17,8 +17,13 @@ using shard::FlatParam;
 using shard::Unit;
 
 void ShardedModel::Impl::start_gather(Unit& unit) {
-  for (FlatParam* f : {unit.trainable.get(), unit.frozen.get()}) {
-    if (f == nullptr || f->gathered()) continue;
+  for (FlatParam* f : unit.buffers()) {
+    if (f->gathered()) continue;
+    if (f->file_backed()) {  // read from the files on this rank: nothing to wait for
+      f->load_from_files();
+      gathered_bytes_ += f->full_bytes();
+      continue;
+    }
     if (f->casts_on_use()) {  // no_shard in bf16: a local cast of the full master, nothing to wait for
       f->cast_from_master();
       gathered_bytes_ += f->full_bytes();
@@ -70,9 +75,17 @@ void ShardedModel::Impl::prefetch(long from, int step) {
 
 void ShardedModel::Impl::release(Unit& unit) {
   if (!unit.gathers()) return;
-  finish_gather(unit);  // never free a buffer a collective is still writing
-  for (FlatParam* f : {unit.trainable.get(), unit.frozen.get()}) {
-    if (f == nullptr || !f->transient() || !f->gathered()) continue;
+  // Never free a buffer a collective is still writing. Only a sharded buffer is written by one: a
+  // cast or file-backed buffer is freed without waiting (which, under optim / optim_grads, would
+  // wait for the replicated parameters' all-gather the last optimizer step started).
+  for (const FlatParam* f : unit.buffers()) {
+    if (f->shards_params() && f->gathered()) {
+      finish_gather(unit);
+      break;
+    }
+  }
+  for (FlatParam* f : unit.buffers()) {
+    if (!f->transient() || !f->gathered()) continue;
     f->free_full();
     gathered_bytes_ -= f->full_bytes();
   }

@@ -19,6 +19,7 @@ TrainConfig::TrainConfig() : model(models::find_series(series).make_config()) {}
 TrainConfig::TrainConfig(const TrainConfig& o)
     : series(o.series),
       init_from(o.init_from),
+      frozen_storage(o.frozen_storage),
       model(o.model ? o.model->clone() : nullptr),
       train(o.train),
       lora(o.lora),
@@ -43,6 +44,10 @@ ConfigKeys config_keys(TrainConfig& c) {
   k.add_string("model.series", &c.series, series_names, "the model series (src/models/<series>/)");
   k.add_string("model.init_from", &c.init_from, {},
                "a safetensors file (or index) or a torch.save state dict (.pth) with every parameter; LoRA: every base parameter");
+  k.add_enum<FrozenStorage>("model.frozen_storage", &c.frozen_storage,
+                            {{"memory", FrozenStorage::Memory}, {"file", FrozenStorage::File}},
+                            "where frozen weights read from files live: each rank's shard in memory, or used in place "
+                            "from the memory-mapped files (shared by the host's ranks; docs/frozen_storage.md)");
 
   TrainSection& t = c.train;
   k.add_int("train.steps", &t.steps, 1, big, "optimizer steps");
@@ -384,6 +389,7 @@ ShardOptions shard_options(const TrainConfig& c) {
   o.reduce_bucket_bytes = c.parallel.reduce_bucket_bytes;
   o.param_dtype = scalar_type(c.mixed_precision.param_dtype);
   o.reduce_dtype = scalar_type(c.mixed_precision.reduce_dtype);
+  o.frozen_storage = c.frozen_storage;
   return o;
 }
 

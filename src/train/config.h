@@ -146,6 +146,7 @@ struct TrainConfig {
 
   std::string series = "llama";  // model.series (src/models/series_list.cpp)
   std::string init_from;         // model.init_from: safetensors with every parameter (LoRA: every base one)
+  FrozenStorage frozen_storage = FrozenStorage::Memory;  // model.frozen_storage (docs/frozen_storage.md)
   std::unique_ptr<SeriesConfig> model;  // the series' own keys
   TrainSection train;
   LoraSection lora;

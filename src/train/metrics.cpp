@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <stdexcept>
 
@@ -14,6 +15,26 @@ int64_t peak_rss_bytes() {
   getrusage(RUSAGE_SELF, &u);
   return static_cast<int64_t>(u.ru_maxrss) * 1024;
 }
+
+namespace {
+
+// The value of the first line of a /proc file starting with `key`, times `unit`; 0 if absent.
+int64_t proc_value(const char* path, const std::string& key, int64_t unit) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.compare(0, key.size(), key) == 0) return std::strtoll(line.c_str() + key.size(), nullptr, 10) * unit;
+  }
+  return 0;
+}
+
+}  // namespace
+
+ResidentBytes resident_bytes() {
+  return {proc_value("/proc/self/status", "RssAnon:", 1024), proc_value("/proc/self/status", "RssFile:", 1024)};
+}
+
+int64_t storage_read_bytes() { return proc_value("/proc/self/io", "read_bytes:", 1); }
 
 std::string exact_float(float x) {
   char buf[32];

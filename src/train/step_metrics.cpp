@@ -54,6 +54,11 @@ nlohmann::json StepMetrics::to_json() const {
                          {"rss_peak_bytes", r0.rss_peak_bytes},
                          {"mem_saved_activations_bytes", r0.mem_saved_activations_bytes},
                          {"mem_step_peak_bytes", r0.mem_step_peak_bytes},
+                         {"mem_mapped_bytes", r0.mem_mapped_bytes},
+                         {"mem_converted_bytes", r0.mem_converted_bytes},
+                         {"rss_anon_bytes", r0.rss_anon_bytes},
+                         {"rss_file_bytes", r0.rss_file_bytes},
+                         {"disk_read_bytes", r0.disk_read_bytes},
                          {"skipped", skipped},
                          {"ranks", per_rank}};
   if (tflops_per_rank > 0) {

@@ -25,6 +25,15 @@ struct RankFigures {
   double optimizer_s = 0;
   int64_t comm_bytes_sent = 0;
   int64_t comm_collectives = 0;
+  // model.frozen_storage=file: frozen bytes used in place from mapped files, and the compute
+  // bytes of those converted from them (fp32 file under bf16, fused or renamed tensors);
+  // resident bytes at the step's end, private and of mapped files; bytes read from storage
+  // during the step.
+  int64_t mem_mapped_bytes = 0;
+  int64_t mem_converted_bytes = 0;
+  int64_t rss_anon_bytes = 0;
+  int64_t rss_file_bytes = 0;
+  int64_t disk_read_bytes = 0;
 
   // Calls f(name, member) for every int64 field and g(name, member) for every seconds field.
   template <class F, class G>
@@ -42,6 +51,11 @@ struct RankFigures {
     g("optimizer_s", &RankFigures::optimizer_s);
     f("comm_bytes_sent", &RankFigures::comm_bytes_sent);
     f("comm_collectives", &RankFigures::comm_collectives);
+    f("mem_mapped_bytes", &RankFigures::mem_mapped_bytes);
+    f("mem_converted_bytes", &RankFigures::mem_converted_bytes);
+    f("rss_anon_bytes", &RankFigures::rss_anon_bytes);
+    f("rss_file_bytes", &RankFigures::rss_file_bytes);
+    f("disk_read_bytes", &RankFigures::disk_read_bytes);
   }
   static int64_t field_count();
   // As int64 (seconds in nanoseconds) for the all-gather, and back.

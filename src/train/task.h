@@ -82,4 +82,9 @@ class GeneratedSampleTask : public Task {
   int rank_, world_;
 };
 
+// Where a fresh run's parameter values come from: model.init_from (a LoRA run's fresh adapters
+// seeded), else the task's initial_source over its seeded init. The trainer's, and `plan`'s to
+// see which frozen parameters lie in files (model.frozen_storage=file).
+std::shared_ptr<ParamSource> initial_param_source(const TrainConfig& cfg, const Task& task);
+
 }  // namespace zeroshard::train

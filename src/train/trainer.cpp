@@ -32,6 +32,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 namespace zeroshard::train {
 
@@ -301,16 +302,20 @@ void Trainer::setup() {
                                 cfg.series + " holds out no validation data here (qwen3: set data.valid_fraction)");
   }
   ShardOptions shard = shard_options(cfg);
-  const Task* task = s.task.get();
-  auto seeded = param_source_from_init([task](const std::string& name, at::Tensor& t) { task->init_parameter(name, t); });
-  if (s.resume) {
+  if (s.resume && cfg.frozen_storage == FrozenStorage::File) {
+    // Frozen weights never change: a resumed run reads them in place from the model's files again
+    // (the same values the checkpoint holds), the rest from the checkpoint.
+    std::set<std::string> frozen;
+    for (const auto& p : s.task->module()->named_parameters()) {
+      if (!p.value().requires_grad()) frozen.insert(p.key());
+    }
+    shard.param_source = combine_param_sources(s.resume->param_source(/*frozen_read_elsewhere=*/true),
+                                               initial_param_source(cfg, *s.task),
+                                               [frozen](const std::string& n) { return frozen.count(n) > 0; });
+  } else if (s.resume) {
     shard.param_source = s.resume->param_source();
-  } else if (!cfg.init_from.empty()) {
-    // A LoRA run starts from a base model's file; its fresh adapters come from the seeded init.
-    shard.param_source = io::checkpoint_param_source(cfg.init_from);
-    if (cfg.lora.rank > 0) shard.param_source = combine_param_sources(shard.param_source, seeded, nn::is_lora_parameter);
   } else {
-    shard.param_source = s.task->initial_source(seeded);
+    shard.param_source = initial_param_source(cfg, *s.task);
   }
   if (!cfg.lora.init_from.empty()) {
     // Continue from a PEFT adapter: its lora_A / lora_B become the adapters' starting values.
@@ -390,6 +395,7 @@ bool Trainer::step(int64_t step) {
   util::reset_peak_tensor_bytes();
   const int64_t step_base_bytes = util::live_tensor_bytes();
   const CommStats comm_before = sharded.comm_stats();
+  const int64_t read_before = storage_read_bytes();
   int64_t saved_activation_bytes = 0;
   double loss_sum = 0.0;
   s.faults->before_step(step, *s.comm);
@@ -477,6 +483,12 @@ bool Trainer::step(int64_t step) {
   f.mem_saved_activations_bytes = saved_activation_bytes;
   f.mem_step_peak_bytes = util::peak_tensor_bytes() - step_base_bytes;
   f.comm_bytes_sent = comm_after.bytes_sent - comm_before.bytes_sent;
+  f.mem_mapped_bytes = mem.mapped_bytes;
+  f.mem_converted_bytes = mem.converted_bytes;
+  const ResidentBytes rss = resident_bytes();
+  f.rss_anon_bytes = rss.anon;
+  f.rss_file_bytes = rss.file;
+  f.disk_read_bytes = storage_read_bytes() - read_before;
   if (profile) {
     const nlohmann::json p = profile->finish(m.step_time_s, f.comm_exposed_s);
     s.log->line(OpProfile::summary(p));
@@ -570,7 +582,9 @@ int Trainer::finish() {
   if (cfg.train.save_final && s.last_saved != final_step) save(final_step);
   if (cfg.run.dump_final_shards) {
     std::ofstream out(s.run_dir + "/final_shard.rank" + std::to_string(s.rank) + ".bin", std::ios::binary);
-    for (const auto& t : s.sharded->local_shards()) {
+    const size_t n_buffers = s.sharded->flat_buffers().size();
+    for (size_t b = 0; b < n_buffers; ++b) {  // one buffer at a time (a file-backed one is read for it)
+      const at::Tensor t = s.sharded->local_shard(b);
       out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
     }
   }

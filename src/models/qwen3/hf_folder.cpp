@@ -75,6 +75,15 @@ class HfFolderSource : public ParamSource {
     }
   }
 
+  ParamLocation locate(const ParamInfo& param) const override {
+    const io::SafetensorsSet::Where* w = set_.find(stored_name(param.name));
+    if (w == nullptr) return {};
+    ParamLocation l = w->file->location(*w->entry);
+    // A tied copy is compared with the embedding as it is read: that check needs read().
+    l.whole = !(check_tied_copy_ && param.name == kEmbed);
+    return l;
+  }
+
  private:
   std::string stored_name(const std::string& name) const {
     if (tied_ && name == kEmbed && !set_.find(kEmbed) && set_.find(kHead)) return kHead;

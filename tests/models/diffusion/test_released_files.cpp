@@ -6,7 +6,8 @@
 // tower and the transformers >= 4.52 nesting (Qwen-Image), Qwen-Image's vae/ in diffusers' names
 // -- and a second run from those files must train bitwise as the first, its log (and `prepare`'s
 // report) naming every tensor group it leaves unread, while the same files with the weights
-// halved train otherwise (they are read); a tensor no rule names is refused, naming it.
+// halved train otherwise (they are read); read in place (model.frozen_storage=file) the run and
+// `prepare`'s cache are bitwise those from memory; a tensor no rule names is refused, naming it.
 #include "io/safetensors.h"
 #include "models/flux/flux1_series.h"
 #include "models/flux/flux1_test_data.h"
@@ -214,6 +215,39 @@ TEST_P(ReleasedFiles, TowersReadFromTheReleasedLayoutsTrainBitwiseAsTheSeededOne
   ASSERT_EQ(from_files.exit_code, 0) << from_files.output;
   ASSERT_EQ(seeded.metrics.size(), 2u);
   EXPECT_EQ(loss_texts(seeded), loss_texts(from_files)) << keys;
+  // Read in place from those files (model.frozen_storage=file: mapped, converted where a name map
+  // concatenates or swaps): the same bits again.
+  const TrainRun in_place = train_series(common + keys + " --set model.frozen_storage=file", 2,
+                                         "released_" + row.series + "_in_place");
+  ASSERT_EQ(in_place.exit_code, 0) << in_place.output;
+  EXPECT_EQ(loss_texts(seeded), loss_texts(in_place)) << keys;
+  ASSERT_FALSE(in_place.metrics.empty());
+  {
+    const nlohmann::json& m = in_place.metrics.back();
+    EXPECT_GT(m.value("mem_mapped_bytes", int64_t{0}) + m.value("mem_converted_bytes", int64_t{0}), 0)
+        << "nothing was read from the files: " << m.dump();
+  }
+  // `prepare` through the towers read in place writes the cache it writes from memory, byte for byte.
+  {
+    std::string out;
+    std::map<std::string, std::string> caches;
+    for (const std::string storage : {"memory", "file"}) {
+      caches[storage] = make_temp_dir("released_" + row.series + "_cache_" + storage) + "/cache";
+      ASSERT_EQ(run_command(std::string(ZS_BINARY) + " prepare --nproc 2 " + common + keys + " --set " + row.series +
+                                ".cache=" + caches[storage] + " --set model.frozen_storage=" + storage,
+                            &out),
+                0)
+          << out;
+    }
+    int files = 0;
+    for (const auto& e : fs::recursive_directory_iterator(caches["memory"])) {
+      if (!e.is_regular_file()) continue;
+      const std::string other = caches["file"] + "/" + fs::relative(e.path(), caches["memory"]).string();
+      EXPECT_TRUE(fs::exists(other) && read_text(e.path().string()) == read_text(other)) << other;
+      ++files;
+    }
+    EXPECT_GT(files, 0);
+  }
   // And they are read: the same files with every tower weight halved train otherwise.
   const TrainRun halved = train_series(common + keys_for(0.5), 2, "released_" + row.series + "_halved");
   ASSERT_EQ(halved.exit_code, 0) << halved.output;
