@@ -15,6 +15,7 @@
 #include "shard/grad_reduction.h"
 #include "shard/prefetch.h"
 #include "shard/strategy_plan.h"
+#include "shard/torch_internals.h"
 #include "shard/unit.h"
 #include "zeroshard/shard.h"
 
@@ -83,6 +84,9 @@ class ShardedModel::Impl {
   shard::CommClock clock_;
   shard::PrefetchScheduler prefetch_;
   std::unique_ptr<shard::GradReducer> reducer_;  // after the communicators (hybrid splits first)
+  // The bytes of freed gathered / cast / converted buffers, for the next one of their size (see
+  // StorageBytesPool). Declared before units_: it outlives their buffers.
+  shard::StorageBytesPool bytes_pool_{size_t{16} << 20};
   std::vector<std::unique_ptr<shard::Unit>> units_;
   std::vector<shard::Unit*> trainable_units_;  // the units behind optimizer_views(), in that order
   // The hooks gather and free units: optim_grads_params, or a unit whose compute copy is cast

@@ -142,13 +142,21 @@ void FlatParam::cast_from_master() {
 
 void FlatParam::allocate_full() {
   if (gathered_) return;
-  allocate_storage_bytes(full_, static_cast<size_t>(full_bytes()));
+  if (bytes_pool_ != nullptr) {
+    bytes_pool_->allocate(full_, static_cast<size_t>(full_bytes()));
+  } else {
+    allocate_storage_bytes(full_, static_cast<size_t>(full_bytes()));
+  }
   gathered_ = true;
 }
 
 void FlatParam::free_full() {
   if (!gathered_) return;
-  release_storage_bytes(full_);
+  if (bytes_pool_ != nullptr) {
+    bytes_pool_->release(full_);
+  } else {
+    release_storage_bytes(full_);
+  }
   gathered_ = false;
   if (files_) files_->done();
 }

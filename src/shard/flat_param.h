@@ -17,6 +17,8 @@
 
 namespace zeroshard::shard {
 
+class StorageBytesPool;  // shard/torch_internals.h
+
 struct ParamSlot : ParamInfo {
   at::Tensor param;  // the module's parameter (shares its TensorImpl)
 };
@@ -101,9 +103,11 @@ class FlatParam {
   // The compute buffer exists only while in use (gathered, or cast), not between uses.
   bool transient() const { return shard_params_ || cast_on_use_ || (files_ && files_on_use_); }
 
-  // Re-allocates the full buffer's bytes (contents undefined) / frees them.
+  // Re-allocates the full buffer's bytes (contents undefined) / frees them: through `pool`
+  // when one is set (the engine's, which outlives its buffers), else from and to malloc.
   void allocate_full();
   void free_full();
+  void use_bytes_pool(StorageBytesPool* pool) { bytes_pool_ = pool; }
   // After the fp32 masters changed: the compute buffer from this rank's master values (the
   // whole buffer with a full master; otherwise fills nothing and returns false). A cast-on-use
   // buffer that is not in use has nothing to refresh: its next use casts the new masters.
@@ -133,6 +137,7 @@ class FlatParam {
   bool gathered_ = true;
   std::unique_ptr<FileBacked> files_;
   bool files_on_use_ = false;
+  StorageBytesPool* bytes_pool_ = nullptr;
 };
 
 }  // namespace zeroshard::shard

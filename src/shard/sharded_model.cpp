@@ -254,6 +254,7 @@ void ShardedModel::Impl::build_units() {
                                                                         mapped_files_, options_.param_dtype),
                                     /*on_use=*/unit->module != nullptr);
     }
+    for (FlatParam* f : unit->buffers()) f->use_bytes_pool(&bytes_pool_);
     Unit* raw = unit.get();
     unit->post_backward_callback = [raw, this] {
       // One call's backward is done; the unit's gradients are complete after the last one.

@@ -19,6 +19,41 @@ void allocate_storage_bytes(const at::Tensor& t, size_t nbytes) {
   storage->set_nbytes(nbytes);
 }
 
+void StorageBytesPool::allocate(const at::Tensor& t, size_t nbytes) {
+  if (nbytes >= min_bytes_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(nbytes);
+    if (it != free_.end()) {
+      c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+      storage->set_data_ptr_noswap(std::move(it->second));
+      storage->set_nbytes(nbytes);
+      free_.erase(it);
+      pooled_bytes_ -= nbytes;
+      return;
+    }
+  }
+  allocate_storage_bytes(t, nbytes);
+}
+
+void StorageBytesPool::release(const at::Tensor& t) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  const size_t nbytes = storage->nbytes();
+  if (nbytes == 0 || nbytes < min_bytes_) {
+    release_storage_bytes(t);
+    return;
+  }
+  c10::DataPtr bytes = storage->set_data_ptr(c10::GetCPUAllocator()->allocate(0));
+  storage->set_nbytes(0);
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_.emplace(nbytes, std::move(bytes));
+  pooled_bytes_ += nbytes;
+}
+
+size_t StorageBytesPool::pooled_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pooled_bytes_;
+}
+
 namespace {
 
 // Identity in forward; in backward calls the unit's post-backward callback. The engine runs

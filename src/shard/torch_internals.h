@@ -10,6 +10,8 @@
 
 #include <cstddef>
 #include <functional>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 // For code that must differ between libtorch versions (none in the engine on 1.13.1 yet):
@@ -30,6 +32,31 @@ void release_storage_bytes(const at::Tensor& t);
 // Gives t's storage nbytes fresh bytes from the current CPU allocator (so the allocator-level
 // memory counters see them); contents undefined.
 void allocate_storage_bytes(const at::Tensor& t, size_t nbytes);
+
+// The bytes release_storage_bytes would drop, kept by size for the next allocation of the same
+// size (what FSDP's and CUDA's caching allocators do for gathered parameters). Why: the process
+// takes every block from a glibc heap that is never trimmed (src/cli/main.cpp), and a unit's
+// freed buffer (hundreds of MB at real size) is a hole the step's small tensors move into, so the
+// next unit's buffer no longer fits there and the heap grows: a Qwen3-4B LoRA under ZeRO-3 at
+// W = 2 grew by ~5 GB per rank within its second step and was killed at 24 GiB. Pooled, a size
+// holds at most as many blocks as were ever live at once. Blocks under min_bytes go back to
+// malloc, whose bins serve them well. Thread-safe.
+class StorageBytesPool {
+ public:
+  explicit StorageBytesPool(size_t min_bytes) : min_bytes_(min_bytes) {}
+  StorageBytesPool(const StorageBytesPool&) = delete;
+  StorageBytesPool& operator=(const StorageBytesPool&) = delete;
+  // As allocate_storage_bytes / release_storage_bytes, through the pool.
+  void allocate(const at::Tensor& t, size_t nbytes);
+  void release(const at::Tensor& t);
+  size_t pooled_bytes() const;  // bytes held for reuse now
+
+ private:
+  size_t min_bytes_;
+  mutable std::mutex mutex_;
+  std::unordered_multimap<size_t, c10::DataPtr> free_;
+  size_t pooled_bytes_ = 0;
+};
 
 // --- Autograd glue --------------------------------------------------------------------------
 

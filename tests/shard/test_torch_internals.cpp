@@ -62,6 +62,41 @@ TEST(TorchInternals, FreedStorageBytesKeepSavedViewsValidOnceRefilled) {
   EXPECT_TRUE(at::equal(x.grad(), x_ref.grad()));
 }
 
+// The engine's pool of freed buffer bytes: a freed buffer's block serves the next buffer of its
+// size (the same address), views of a pooled buffer follow its new bytes, two buffers live at
+// once get two blocks, and blocks under the pool's minimum go back to malloc.
+TEST(TorchInternals, StorageBytesPoolReusesAFreedBlockForTheNextBufferOfItsSize) {
+  shard::StorageBytesPool pool(64);
+  at::Tensor a = at::empty({32});  // 128 bytes
+  at::Tensor b = at::empty({32});
+  at::Tensor view = a.narrow(0, 4, 8);
+  const void* a_bytes = a.data_ptr();
+  pool.release(a);
+  EXPECT_EQ(a.storage().nbytes(), 0u);
+  EXPECT_EQ(pool.pooled_bytes(), 128u);
+  pool.allocate(b.narrow(0, 0, 1), 128);  // b's storage takes a's old block
+  EXPECT_EQ(b.data_ptr(), a_bytes);
+  EXPECT_EQ(pool.pooled_bytes(), 0u);
+  pool.allocate(a, 128);  // the pool is empty: fresh bytes, not b's
+  EXPECT_NE(a.data_ptr(), b.data_ptr());
+  a.fill_(7.0f);
+  EXPECT_EQ(view.data_ptr<float>(), a.data_ptr<float>() + 4) << "views follow the new bytes";
+  EXPECT_TRUE(at::equal(view, at::full({8}, 7.0f)));
+  b.fill_(1.0f);
+  EXPECT_TRUE(at::equal(a, at::full({32}, 7.0f))) << "two live buffers never share a block";
+
+  pool.release(a);
+  pool.release(b);
+  EXPECT_EQ(pool.pooled_bytes(), 256u);
+  at::Tensor c = at::empty({16});  // 64 bytes: another size than the pooled ones
+  pool.allocate(c, 64);
+  EXPECT_EQ(pool.pooled_bytes(), 256u);
+  at::Tensor small = at::empty({8});  // 32 bytes, under the minimum
+  pool.release(small);
+  EXPECT_EQ(small.storage().nbytes(), 0u);
+  EXPECT_EQ(pool.pooled_bytes(), 256u) << "a block under the minimum is freed, not kept";
+}
+
 // FlatParam::materialize: Tensor::set_data turns a module's parameter (also a deferred one,
 // nn/deferred.cpp) into a view of the flat buffer in place: same TensorImpl (the module's
 // handles keep working), requires_grad kept, gradients of the parameter's shape.
