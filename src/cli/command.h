@@ -29,5 +29,6 @@ Command add_reference_check(CLI::App& app);
 Command add_prepare(CLI::App& app);
 Command add_plan(CLI::App& app);
 Command add_tokenize(CLI::App& app);
+Command add_seed_weights(CLI::App& app);
 
 }  // namespace zeroshard::cli

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {add_train(app),  add_prepare(app), add_sample(app),
                                          add_export(app), add_inspect(app), add_config(app),
                                          add_report(app), add_reference_check(app), add_plan(app),
-                                         add_tokenize(app)};
+                                         add_tokenize(app), add_seed_weights(app)};
   CLI11_PARSE(app, argc, argv);
   try {
     for (const auto& c : commands) {

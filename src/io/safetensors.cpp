@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -320,6 +321,63 @@ class SafetensorsSource : public ParamSource {
 
 std::shared_ptr<ParamSource> safetensors_param_source(const std::string& path) {
   return std::make_shared<SafetensorsSource>(path);
+}
+
+std::vector<std::string> write_sharded_safetensors(const std::string& dir, const std::string& stem,
+                                                   const std::vector<std::vector<TensorEntry>>& groups,
+                                                   const std::function<std::vector<at::Tensor>(size_t group)>& values,
+                                                   uint64_t max_file_bytes,
+                                                   const std::map<std::string, std::string>& metadata) {
+  const uint64_t limit = max_file_bytes > 0 ? max_file_bytes : uint64_t{5000000000};
+  auto bytes_of = [](const std::vector<TensorEntry>& g) {
+    uint64_t b = 0;
+    for (const auto& e : g) b += static_cast<uint64_t>(e.numel()) * c10::elementSize(e.dtype);
+    return b;
+  };
+  // Files as runs of groups [first, last).
+  std::vector<std::pair<size_t, size_t>> files;
+  uint64_t file_bytes = 0, total = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const uint64_t b = bytes_of(groups[g]);
+    if (files.empty() || (files.back().second > files.back().first && file_bytes + b > limit)) {
+      files.emplace_back(g, g);
+      file_bytes = 0;
+    }
+    files.back().second = g + 1;
+    file_bytes += b;
+    total += b;
+  }
+  if (files.empty()) throw std::invalid_argument(dir + ": no tensors to write");
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> written;
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t f = 0; f < files.size(); ++f) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "-%05zu-of-%05zu.safetensors", f + 1, files.size());
+    const std::string file = stem + name;
+    std::vector<TensorEntry> entries;
+    for (size_t g = files[f].first; g < files[f].second; ++g) {
+      entries.insert(entries.end(), groups[g].begin(), groups[g].end());
+    }
+    SafetensorsWriter writer(dir + "/" + file, entries, metadata);
+    for (size_t g = files[f].first; g < files[f].second; ++g) {
+      const std::vector<at::Tensor> v = values(g);
+      if (v.size() != groups[g].size()) {
+        throw std::logic_error("write_sharded_safetensors: group " + std::to_string(g) + " has " +
+                               std::to_string(groups[g].size()) + " entries but " + std::to_string(v.size()) + " values");
+      }
+      for (size_t i = 0; i < v.size(); ++i) {
+        writer.write(groups[g][i].name, v[i]);
+        weight_map[groups[g][i].name] = file;
+      }
+    }
+    writer.finish();
+    written.push_back(dir + "/" + file);
+  }
+  const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  write_file_atomic(dir + "/" + stem + ".safetensors.index.json", index.dump(2) + "\n");
+  written.push_back(dir + "/" + stem + ".safetensors.index.json");
+  return written;
 }
 
 void write_full_parameters(ShardedModel& model, const std::string& path, at::ScalarType dtype) {

@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -98,6 +99,19 @@ class SafetensorsSet {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, Where> where_;
 };
+
+// Hugging Face's sharded layout: <dir>/<stem>-0000i-of-0000N.safetensors plus
+// <dir>/<stem>.safetensors.index.json ({"metadata": {"total_size"}, "weight_map"}), as
+// transformers ("model") and diffusers ("diffusion_pytorch_model") save a model. Each file holds
+// at most max_file_bytes (0: 5 GB, their default) unless one group alone is larger; a group's
+// tensors stay in one file. values(g) returns group g's tensors in the order of groups[g] (any
+// float dtype: converted to the entry's), so memory is one group at a time. Every file is
+// written atomically. Returns the files written, the index last.
+std::vector<std::string> write_sharded_safetensors(const std::string& dir, const std::string& stem,
+                                                   const std::vector<std::vector<TensorEntry>>& groups,
+                                                   const std::function<std::vector<at::Tensor>(size_t group)>& values,
+                                                   uint64_t max_file_bytes = 0,
+                                                   const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 
 // Initializes a model from a safetensors file, or from the files listed by a
 // `*.safetensors.index.json` (model.init_from): each rank reads only the byte ranges of its

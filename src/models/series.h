@@ -5,15 +5,20 @@
 // CLI iterate this registry; nothing outside the folder names a series.
 #pragma once
 
+#include "nn/name_map.h"
 #include "reference/reference_check.h"
 #include "train/config.h"
 #include "zeroshard/comm.h"
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+namespace torch::nn {
+class Module;
+}
 namespace zeroshard::ckpt {
 class Checkpoint;
 }
@@ -31,6 +36,27 @@ struct HfExportOptions {
   std::string out_dir;
   std::string dtype = "fp32";        // fp32 | bf16 (the fp32 masters rounded to nearest even)
   uint64_t max_shard_bytes = 0;      // per safetensors file; 0: 5 GB (transformers' default)
+};
+
+// A model without its data (`zeroshard seed-weights`): the module built inside nn::DeferredInit
+// (no parameter bytes) and the seeded value of each parameter, as the training Task gives it.
+struct SeededModel {
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<void(const std::string& name, at::Tensor& param)> init;
+};
+
+// `zeroshard seed-weights`: one folder of the model's released layout. The parameters under
+// `prefix` (prefix stripped) go through `map` (our names -> the release's; empty: the release
+// uses ours) into <folder>/<stem>-*.safetensors + <stem>.safetensors.index.json; `key` is the
+// config key that reads the folder back (the folder itself, or its index when key_takes_index),
+// `note` how the folder differs from the release (tensors the release also holds that the model
+// does not have, another file format; empty: it does not).
+struct ReleasedFolder {
+  std::string prefix, folder, stem = "model", key;
+  nn::NameMap map;
+  bool key_takes_index = false;
+  std::string note;
+  std::map<std::string, std::string> files;  // small files beside the weights: name -> text (config.json)
 };
 
 struct Series {
@@ -57,6 +83,12 @@ struct Series {
   // written. Empty: the series has no Hugging Face form. cfg is the checkpoint's model.
   std::function<std::vector<std::string>(ckpt::Checkpoint&, const train::TrainConfig&, const HfExportOptions&)>
       export_hf;
+  // `zeroshard seed-weights`: the model of a config without its data. Empty: the series has no
+  // released weights to stand in for.
+  std::function<SeededModel(const train::TrainConfig&)> seeded_model;
+  // `zeroshard seed-weights`: the folders of the released layout the model's parameters are
+  // written in. Empty: one folder, the model's own names (model.init_from reads its index).
+  std::function<std::vector<ReleasedFolder>(const train::TrainConfig&)> released_folders;
   // reference-check kinds of the models in this folder.
   std::vector<reference::ReferenceKind> reference_kinds;
   bool supports_lora = false;

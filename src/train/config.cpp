@@ -28,7 +28,8 @@ TrainConfig::TrainConfig(const TrainConfig& o)
       data(o.data),
       run(o.run),
       debug(o.debug),
-      config_path(o.config_path) {}
+      config_path(o.config_path),
+      needs_data(o.needs_data) {}
 TrainConfig& TrainConfig::operator=(const TrainConfig& o) {
   if (this != &o) *this = TrainConfig(o);
   return *this;
@@ -235,8 +236,14 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
   return load_config_sourced(path, sourced, provenance);
 }
 
+TrainConfig load_model_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::vector<ConfigOverride> sourced;
+  for (const auto& o : overrides) sourced.push_back({o, "--set", false});
+  return load_config_sourced(path, sourced, nullptr, /*needs_data=*/false);
+}
+
 TrainConfig load_config_sourced(const std::string& path, const std::vector<ConfigOverride>& overrides,
-                                Provenance* provenance) {
+                                Provenance* provenance, bool needs_data) {
   std::vector<Item> items;
   if (!path.empty()) {
     std::set<std::string> chain;
@@ -303,6 +310,7 @@ TrainConfig load_config_sourced(const std::string& path, const std::vector<Confi
       if (level(sk) > level(zk)) p.zero_stage = static_cast<int64_t>(p.strategy);
     }
   }
+  c.needs_data = needs_data;
   validate(c);
   return c;
 }

@@ -156,6 +156,9 @@ struct TrainConfig {
   RunSection run;
   DebugSection debug;
   std::string config_path;  // the file it was loaded from, if any
+  // False for a config that describes a model only (load_model_config): the series' checks that
+  // need its data (a dataset or cache to read) are skipped.
+  bool needs_data = true;
 
   // The series' config as its type; throws naming the series when it is another.
   template <class T>
@@ -191,7 +194,11 @@ TrainConfig load_config(const std::string& path, const std::vector<std::string>&
                         Provenance* provenance = nullptr);
 // The same with each override's source (its own name: `load_config(path, {})` stays unambiguous).
 TrainConfig load_config_sourced(const std::string& path, const std::vector<ConfigOverride>& overrides,
-                                Provenance* provenance = nullptr);
+                                Provenance* provenance = nullptr, bool needs_data = true);
+
+// The same for a command that builds the model without its data (`zeroshard seed-weights`):
+// needs_data is false, so a config without a dataset or cache loads.
+TrainConfig load_model_config(const std::string& path, const std::vector<std::string>& overrides);
 
 // Cross-field checks (alias agreement, series checks, files that must exist...).
 void validate(TrainConfig& c);

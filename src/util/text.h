@@ -26,4 +26,11 @@ inline std::vector<std::string> split_trimmed(const std::string& text, char sep 
   return out;
 }
 
+// {"a", "b"}, ", " -> "a, b".
+inline std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
+  return out;
+}
+
 }  // namespace zeroshard::util

@@ -185,4 +185,36 @@ void expect_exact_resume(const std::string& args, const std::string& tag) {
   }
 }
 
+std::string expect_seeded_folders_train_as_seeded(const std::string& args, const std::string& tag) {
+  const std::string out_dir = make_temp_dir(tag + "_weights") + "/weights";
+  std::string out;
+  EXPECT_EQ(run_command(std::string(ZS_BINARY) + " seed-weights " + args + " --out " + out_dir +
+                            " --dtype fp32 --max-file-mb 0.2",
+                        &out),
+            0)
+      << out;
+  // The keys follow "a run reads them with", one "--set key=path" per line.
+  std::string keys;
+  const size_t from = out.find("a run reads them with");
+  EXPECT_NE(from, std::string::npos) << out;
+  if (from == std::string::npos) return keys;
+  for (size_t at = out.find("--set ", from); at != std::string::npos; at = out.find("--set ", at + 6)) {
+    const size_t end = out.find_first_of(" \\\n", at + 6);
+    keys += " --set " + out.substr(at + 6, end - at - 6);
+  }
+  EXPECT_FALSE(keys.empty()) << out;
+  const std::string common = args + " --set train.steps=2 --set parallel.strategy=optim_grads_params";
+  const TrainRun seeded = train_series(common, 2, tag + "_seeded");
+  EXPECT_EQ(seeded.exit_code, 0) << seeded.output;
+  const TrainRun from_files = train_series(common + keys + " --set model.frozen_storage=file", 2, tag + "_files");
+  EXPECT_EQ(from_files.exit_code, 0) << from_files.output;
+  EXPECT_EQ(loss_texts(seeded).size(), 2u) << seeded.output;
+  EXPECT_EQ(loss_texts(seeded), loss_texts(from_files)) << keys;
+  if (!from_files.metrics.empty()) {
+    EXPECT_GT(from_files.metrics.back().value("mem_mapped_bytes", int64_t{0}), 0)
+        << "nothing was read in place: " << from_files.metrics.back().dump();
+  }
+  return keys;
+}
+
 }  // namespace zeroshard::testing

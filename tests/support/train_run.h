@@ -75,6 +75,14 @@ std::string train_tiny_spm(const std::string& dir, const std::vector<std::string
 // two, and each rank's final parameters the same bytes (gtest failures otherwise).
 void expect_exact_resume(const std::string& args, const std::string& tag);
 
+// "Seeded weights in the released layout stand in for the seeded model": `zeroshard seed-weights
+// <args> --dtype fp32` writes the model's folders (in files of at most 0.2 MiB: several per
+// folder, fused groups kept whole), and `args` (a LoRA config: the base is frozen,
+// so every folder is read in place under model.frozen_storage=file) trains 2 steps at W = 2 from
+// them, reading the keys the command printed, with the losses of the seeded run, bit for bit.
+// Returns the keys ("--set k=v ...").
+std::string expect_seeded_folders_train_as_seeded(const std::string& args, const std::string& tag);
+
 // Largest |loss_b - loss_a| / |loss_a| over b's steps after after_step (each must be in a).
 double max_rel_loss_diff(const TrainRun& a, const TrainRun& b, int64_t after_step = 0);
 

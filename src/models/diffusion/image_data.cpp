@@ -39,7 +39,7 @@ void ImageSeriesKeys::register_keys(train::ConfigKeys& k, const std::string& s, 
   k.add_string(s + ".negative_prompt", &negative_prompt, {}, "the sampler's negative prompt");
 }
 
-void ImageSeriesKeys::validate(const std::string& s, int64_t multiple) const {
+void ImageSeriesKeys::validate(const std::string& s, int64_t multiple, bool needs_data) const {
   for (const auto& [h, w] : bucket_sizes(s)) {
     if (h % multiple != 0 || w % multiple != 0 || h <= 0 || w <= 0) {
       throw std::invalid_argument(s + ": image sizes must be positive multiples of " + std::to_string(multiple) +
@@ -47,7 +47,7 @@ void ImageSeriesKeys::validate(const std::string& s, int64_t multiple) const {
                                   (buckets.empty() ? " (" + s + ".height x " + s + ".width)" : " in " + s + ".buckets"));
     }
   }
-  if (cache.empty() && dataset.empty()) {
+  if (needs_data && cache.empty() && dataset.empty()) {
     throw std::invalid_argument(s + ": set " + s + ".cache (a prepared conditioning cache) or " + s +
                                 ".dataset (towers in the loop)");
   }

@@ -368,6 +368,26 @@ Series make_image_series(ImageSeriesSpec spec) {
   s.sample = [spec](const sample::SampleOptions& o, ckpt::Checkpoint& ck, const train::TrainConfig& cfg,
                     const RendezvousInfo& rdv) { return sample_images(spec, o, ck, cfg, rdv); };
   s.prepare = [spec](const train::TrainConfig& cfg, const RendezvousInfo& rdv) { return prepare(spec, cfg, rdv); };
+  s.seeded_model = [spec](const train::TrainConfig& cfg) {
+    std::shared_ptr<ImagePipelineImpl> m;
+    {
+      nn::DeferredInit deferred;
+      m = spec.build(cfg, /*with_dit=*/true, /*with_towers=*/true);
+    }
+    const auto seed = static_cast<uint64_t>(cfg.train.seed);
+    return SeededModel{m, [m, seed](const std::string& name, at::Tensor& t) { m->init_parameter(seed, name, t); }};
+  };
+  s.released_folders = [spec](const train::TrainConfig& cfg) {
+    auto folder = [&](const std::string& prefix, const std::string& dir, const std::string& stem, const std::string& key,
+                      const ImageSeriesSpec::ReleaseMap& map, const std::string& left_out) {
+      return ReleasedFolder{prefix, dir, stem, spec.name + "." + key, map ? map(cfg) : nn::NameMap(), false, left_out, {}};
+    };
+    return std::vector<ReleasedFolder>{
+        folder("dit.", "transformer", "diffusion_pytorch_model", "dit_from", spec.dit_release_map, ""),
+        folder("text_encoder.", spec.text_encoder_folder, "model", "text_encoder_from", spec.text_encoder_release_map,
+               spec.text_encoder_left_out),
+        folder("vae.", "vae", "diffusion_pytorch_model", "vae_from", spec.vae_release_map, "")};
+  };
   s.reference_kinds = spec.reference_kinds;
   s.supports_lora = true;
   s.adapter_root = "dit.";

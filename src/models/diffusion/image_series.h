@@ -63,8 +63,9 @@ struct ImageSeriesKeys {
   // Registers the keys under `series.` (documented generically; `tokenizer_what` names the file,
   // e.g. "the Qwen3 tokenizer.json").
   void register_keys(train::ConfigKeys& k, const std::string& series, const std::string& tokenizer_what);
-  // Sizes are multiples of `multiple` (VAE factor x DiT patch); dataset or cache set.
-  void validate(const std::string& series, int64_t multiple) const;
+  // Sizes are multiples of `multiple` (VAE factor x DiT patch); dataset or cache set when the
+  // config needs its data (TrainConfig::needs_data).
+  void validate(const std::string& series, int64_t multiple, bool needs_data) const;
   // The buckets as (height, width); {(height, width)} without buckets.
   std::vector<std::pair<int64_t, int64_t>> bucket_sizes(const std::string& series) const;
   std::string bucket_text(const std::string& series) const;
@@ -160,6 +161,13 @@ struct ImageSeriesSpec {
   // its index.json or torch .pth holding exactly our names).
   using FileSource = std::function<std::shared_ptr<ParamSource>(const train::TrainConfig&, const std::string& path)>;
   FileSource dit_source, vae_source, text_encoder_source;
+  // `zeroshard seed-weights` (Series::released_folders): the DiT in transformer/ and the VAE in
+  // vae/ (diffusers' file stem), the text tower in `text_encoder_folder` (transformers' stem),
+  // each through its map (unset: the release uses our names); `text_encoder_left_out`: what the
+  // released text tower holds beyond ours (Series::ReleasedFolder::left_out).
+  using ReleaseMap = std::function<nn::NameMap(const train::TrainConfig&)>;
+  ReleaseMap dit_release_map, vae_release_map, text_encoder_release_map;
+  std::string text_encoder_folder = "text_encoder", text_encoder_left_out;
   // Optional: the training schedule for images of height x width (unset: flow_match_schedule(1000,
   // <series>.shift, training)).
   std::function<FlowMatchSchedule(const train::TrainConfig&, int64_t height, int64_t width)> training_schedule;

@@ -27,15 +27,6 @@ Flux1PipelineImpl::Flux1PipelineImpl(const Flux1SeriesConfig& c, bool with_dit, 
     vae = register_module("vae", Flux1AutoEncoder(c.vae_config(), /*with_encoder=*/true, /*with_decoder=*/true));
     for (auto& p : text_encoder->parameters()) p.set_requires_grad(false);
     for (auto& p : vae->parameters()) p.set_requires_grad(false);
-    if (c.io.tokenizer.empty()) {
-      throw std::invalid_argument("flux1.tokenizer: the T5 SentencePiece model (tokenizer_2/spiece.model) is required "
-                                  "with the towers");
-    }
-    tokenizer_ = std::make_unique<text::SentencePieceTokenizer>(text::SentencePieceTokenizer::from_file(c.io.tokenizer));
-    if (tokenizer_->vocab_size() > c.text.vocab_size) {
-      throw std::invalid_argument("flux1.text_vocab " + std::to_string(c.text.vocab_size) + " is below the tokenizer's " +
-                                  std::to_string(tokenizer_->vocab_size()) + " pieces (" + c.io.tokenizer + ")");
-    }
   }
 }
 
@@ -55,7 +46,21 @@ at::Tensor Flux1PipelineImpl::encode_image(const at::Tensor& image) {
 }
 
 at::Tensor Flux1PipelineImpl::encode_text(const std::string& prompt) {
-  TORCH_CHECK(text_encoder && tokenizer_, "Flux1Pipeline: built without its towers");
+  TORCH_CHECK(text_encoder, "Flux1Pipeline: built without its towers");
+  // Read on first use: a model built without its data (seed-weights) needs no tokenizer.
+  if (!tokenizer_) {
+    const Flux1SeriesConfig& c = config_;
+    if (c.io.tokenizer.empty()) {
+      throw std::invalid_argument("flux1.tokenizer: the T5 SentencePiece model (tokenizer_2/spiece.model) is required "
+                                  "with the towers");
+    }
+    auto tok = std::make_unique<text::SentencePieceTokenizer>(text::SentencePieceTokenizer::from_file(c.io.tokenizer));
+    if (tok->vocab_size() > c.text.vocab_size) {
+      throw std::invalid_argument("flux1.text_vocab " + std::to_string(c.text.vocab_size) + " is below the tokenizer's " +
+                                  std::to_string(tok->vocab_size()) + " pieces (" + c.io.tokenizer + ")");
+    }
+    tokenizer_ = std::move(tok);
+  }
   torch::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
   // All text_len positions, no attention mask (FluxPipeline / DiffSynth pass none to T5).

@@ -85,7 +85,7 @@ void Flux1SeriesConfig::validate(const train::TrainConfig& c) const {
   dit_config().validate("flux1 (flux1.hidden_size / num_heads / rope_axes_*)");
   text_config().validate();
   vae_config().kl().validate("flux1.vae_*");
-  io.validate("flux1", spatial_factor() * 2);  // VAE x 2x2 patch
+  io.validate("flux1", spatial_factor() * 2, c.needs_data);  // VAE x 2x2 patch
   if (!io.dit_from.empty() && !c.init_from.empty()) {
     throw std::invalid_argument("flux1.dit_from and model.init_from both give the DiT's initial values (" + io.dit_from +
                                 ", " + c.init_from + "): set one");
@@ -239,6 +239,15 @@ Series flux1_series() {
   // ae.safetensors (BFL's names, the VAE's own) or the diffusers vae/ folder.
   spec.vae_source = [](const train::TrainConfig& cfg, const std::string& path) {
     return kl_vae_file_source(path, cfg.series_config<Flux1SeriesConfig>().vae_config().kl());
+  };
+  // seed-weights: FLUX.1-dev's diffusers folders (transformer/, text_encoder_2/, vae/).
+  spec.dit_release_map = [](const train::TrainConfig& cfg) {
+    return flux1_diffusers_name_map(cfg.series_config<Flux1SeriesConfig>().dit_config());
+  };
+  spec.text_encoder_release_map = [](const train::TrainConfig&) { return t5::hf_t5_name_map(/*shared_pos=*/true); };
+  spec.text_encoder_folder = "text_encoder_2";
+  spec.vae_release_map = [](const train::TrainConfig& cfg) {
+    return kl_vae_name_map(cfg.series_config<Flux1SeriesConfig>().vae_config().kl());
   };
   spec.training_schedule = [](const train::TrainConfig& cfg, int64_t, int64_t) {
     return flux1_schedule(1000, cfg.series_config<Flux1SeriesConfig>().io.shift, /*training=*/true);

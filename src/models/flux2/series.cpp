@@ -153,7 +153,7 @@ void Flux2SeriesConfig::validate(const train::TrainConfig& c) const {
     }
   }
   dit_config().validate("flux2");
-  io.validate("flux2", spatial_factor());
+  io.validate("flux2", spatial_factor(), c.needs_data);
 }
 
 // --- schedules ---------------------------------------------------------------------------------
@@ -233,6 +233,9 @@ Series flux2_series() {
     own.ignore("bn.num_batches_tracked", "BatchNorm's update counter: the running statistics stay frozen");
     return flux::kl_vae_file_source(path, cfg.series_config<Flux2SeriesConfig>().vae_config().kl, own);
   };
+  // seed-weights: every folder in our names (they are the released ones); the text tower's
+  // lm_head is not ours.
+  spec.text_encoder_left_out = "not written: Qwen3's output head (lm_head.weight), which the pipeline does not run";
   // The released transformer files use Flux2DiT's names as they are (no name map).
   // reference_kinds: the flux2 kinds are listed once in series_list.cpp's reference table.
   return diffusion::make_image_series(std::move(spec));

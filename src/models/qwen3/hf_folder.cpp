@@ -209,36 +209,13 @@ std::vector<std::string> export_hf(ckpt::Checkpoint& ck, const train::TrainConfi
     }
     return v;
   };
-  const uint64_t limit = o.max_shard_bytes > 0 ? o.max_shard_bytes : uint64_t{5000000000};
-  std::vector<std::vector<const ckpt::TensorRecord*>> groups(1);
-  uint64_t group_bytes = 0, total = 0;
-  for (const auto* t : tensors) {
-    const uint64_t bytes = static_cast<uint64_t>(t->numel) * c10::elementSize(dtype);
-    if (!groups.back().empty() && group_bytes + bytes > limit) {
-      groups.emplace_back();
-      group_bytes = 0;
-    }
-    groups.back().push_back(t);
-    group_bytes += bytes;
-    total += bytes;
+  std::vector<std::vector<io::TensorEntry>> groups;
+  for (const auto* t : tensors) groups.push_back({{t->name, dtype, t->shape}});
+  for (const std::string& f : io::write_sharded_safetensors(
+           out.string(), "model", groups, [&](size_t g) { return std::vector<at::Tensor>{value(*tensors[g])}; },
+           o.max_shard_bytes)) {
+    written.push_back(f);
   }
-  nlohmann::json weight_map = nlohmann::json::object();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    char name[64];
-    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", g + 1, groups.size());
-    std::vector<io::TensorEntry> entries;
-    for (const auto* t : groups[g]) entries.push_back({t->name, dtype, t->shape});
-    io::SafetensorsWriter writer((out / name).string(), entries, {{"format", "pt"}});
-    for (const auto* t : groups[g]) {
-      writer.write(t->name, value(*t));  // one tensor in memory at a time
-      weight_map[t->name] = name;
-    }
-    writer.finish();
-    written.push_back((out / name).string());
-  }
-  const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  io::write_file_atomic((out / "model.safetensors.index.json").string(), index.dump(2) + "\n");
-  written.push_back((out / "model.safetensors.index.json").string());
   return written;
 }
 

@@ -262,6 +262,15 @@ Series make_series(bool moe) {
   s.sample = generate;
   s.prepare = prepare;
   s.export_hf = export_hf;
+  s.seeded_model = seeded_model;
+  // seed-weights: a Hugging Face folder (config.json + model-*.safetensors + index) that
+  // model.from_hf reads; the tokenizer files are the user's (data.tokenizer).
+  s.released_folders = [](const train::TrainConfig& cfg) {
+    const nlohmann::json hf = cfg.series_config<QwenSeriesConfig>().qwen().to_hf_config();
+    ReleasedFolder f{"", "", "model", "model.from_hf", {}, false, "not written: the tokenizer files (data.tokenizer names them)", {}};
+    f.files["config.json"] = hf.dump(2) + "\n";
+    return std::vector<ReleasedFolder>{f};
+  };
   s.supports_lora = true;
   // The family's reference kinds (the dense ones with the dense series, the routed with MoE).
   for (auto& k : reference_kinds()) {

@@ -18,6 +18,8 @@ struct SampleOptions;
 namespace zeroshard::models::qwen3 {
 
 std::unique_ptr<train::Task> make_task(const train::TrainConfig& cfg, int rank, int world);
+// The model of a config without its corpora (`zeroshard seed-weights`).
+SeededModel seeded_model(const train::TrainConfig& cfg);
 
 std::string generate(const sample::SampleOptions& o, ckpt::Checkpoint& ck, const train::TrainConfig& cfg,
                      const RendezvousInfo& rdv);

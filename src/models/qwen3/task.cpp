@@ -332,6 +332,16 @@ class QwenTask : public train::Task {
 
 }  // namespace
 
+SeededModel seeded_model(const train::TrainConfig& cfg) {
+  QwenForCausalLM model{nullptr};
+  {
+    nn::DeferredInit deferred;
+    model = QwenForCausalLM(cfg.series_config<QwenSeriesConfig>().qwen(), /*lm_head=*/true);
+  }
+  const auto seed = static_cast<uint64_t>(cfg.train.seed);
+  return {model.ptr(), [model, seed](const std::string& name, at::Tensor& param) { model->init_parameter(seed, name, param); }};
+}
+
 std::unique_ptr<train::Task> make_task(const train::TrainConfig& cfg, int rank, int world) {
   return std::make_unique<QwenTask>(cfg, rank, world);
 }

@@ -86,7 +86,7 @@ void QwenImageSeriesConfig::validate(const train::TrainConfig& c) const {
   text_config().validate("qwen_image.text_*");
   vae_config().validate();
   if (vae.z_dim != 16) throw std::invalid_argument("qwen_image: the Wan VAE's z_dim must be 16, got " + std::to_string(vae.z_dim));
-  io.validate("qwen_image", vae.spatial_factor() * dit.patch_size);
+  io.validate("qwen_image", vae.spatial_factor() * dit.patch_size, c.needs_data);
 }
 
 }  // namespace zeroshard::models::qwen_image

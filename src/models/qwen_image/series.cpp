@@ -60,6 +60,17 @@ Series qwen_image_series() {
   spec.text_encoder_source = [](const train::TrainConfig&, const std::string& path) {
     return qwen3::text_tower_source(path);
   };
+  // seed-weights: vae/ in diffusers' names; text_encoder/ as transformers >= 4.52 nests
+  // Qwen2.5-VL's language model (its vision tower and lm_head are not ours to write).
+  spec.vae_release_map = [](const train::TrainConfig& cfg) {
+    return wan::vae_diffusers_name_map(cfg.series_config<QwenImageSeriesConfig>().vae_config());
+  };
+  spec.text_encoder_release_map = [](const train::TrainConfig&) {
+    nn::NameMap m;
+    m.rename("model.**", "model.language_model.**");
+    return m;
+  };
+  spec.text_encoder_left_out = "not written: Qwen2.5-VL's vision tower (model.visual.*) and lm_head.weight, which the pipeline does not run";
   // DiffSynth's "Qwen-Image" training schedule (schedule.h), the same for every image size (mu 0.8,
   // no dynamic shift in training).
   spec.training_schedule = [](const train::TrainConfig& cfg, int64_t, int64_t) {

@@ -84,7 +84,7 @@ void WanSeriesConfig::validate(const train::TrainConfig& c) const {
     throw std::invalid_argument("wan.dit_from and model.init_from both give the DiT's initial values (" + dit_from +
                                 ", " + c.init_from + "): set one");
   }
-  if (cache.empty() && dataset.empty()) {
+  if (c.needs_data && cache.empty() && dataset.empty()) {
     throw std::invalid_argument("wan: set wan.cache (a prepared conditioning cache) or wan.dataset (towers in the loop)");
   }
 }

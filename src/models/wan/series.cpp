@@ -282,6 +282,25 @@ Series wan_series() {
   s.prepare = wan::prepare_cache;
   s.supports_lora = true;
   s.adapter_root = "dit.";  // PipelineTask::build adapts the DiT only
+  s.seeded_model = [](const train::TrainConfig& cfg) {
+    const WanSeriesConfig c = cfg.series_config<WanSeriesConfig>();
+    WanPipeline p{nullptr};
+    {
+      nn::DeferredInit deferred;
+      p = WanPipeline(c, /*with_dit=*/true, /*with_towers=*/true);
+    }
+    const auto seed = static_cast<uint64_t>(cfg.train.seed);
+    return SeededModel{p.ptr(), [c, seed](const std::string& name, at::Tensor& t) { wan_init(c, seed, name, t); }};
+  };
+  // seed-weights: Wan-AI's folder holds the DiT (our names, the original release's) as
+  // diffusion_pytorch_model-*.safetensors + index; its towers come as torch.save files
+  // (models_t5_umt5-xxl-enc-bf16.pth, Wan2.1_VAE.pth), written here as safetensors folders.
+  s.released_folders = [](const train::TrainConfig&) {
+    const std::string pth = "the release ships this tower as a torch.save .pth file; written as safetensors instead";
+    return std::vector<ReleasedFolder>{{"dit.", "", "diffusion_pytorch_model", "wan.dit_from", {}, true, "", {}},
+                                       {"text_encoder.", "text_encoder", "model", "wan.text_encoder_from", {}, true, pth, {}},
+                                       {"vae.", "vae", "model", "wan.vae_from", {}, true, pth, {}}};
+  };
   return s;
 }
 

@@ -67,7 +67,7 @@ void ZImageSeriesConfig::validate(const train::TrainConfig& c) const {
   dit_config().validate("z_image");
   text_config().validate("z_image.text_*");
   vae_config().kl().validate("z_image.vae_*");
-  io.validate("z_image", spatial_factor() * 2);  // VAE x DiT patch
+  io.validate("z_image", spatial_factor() * 2, c.needs_data);  // VAE x DiT patch
 }
 
 // --- the pipeline ------------------------------------------------------------------------------
@@ -79,7 +79,6 @@ ZImagePipelineImpl::ZImagePipelineImpl(const ZImageSeriesConfig& c, bool with_di
     vae = register_module("vae", flux::Flux1AutoEncoder(c.vae_config(), /*with_encoder=*/true, /*with_decoder=*/true));
     for (auto& p : text_encoder->parameters()) p.set_requires_grad(false);
     for (auto& p : vae->parameters()) p.set_requires_grad(false);
-    tokenizer_ = std::make_shared<text::BpeTokenizer>(load_tokenizer(c));
   }
 }
 
@@ -100,6 +99,8 @@ at::Tensor ZImagePipelineImpl::encode_image(const at::Tensor& image) {
 
 at::Tensor ZImagePipelineImpl::encode_text(const std::string& prompt) {
   TORCH_CHECK(text_encoder, "ZImagePipeline: built without its towers");
+  // Read on first use: a model built without its data (seed-weights) needs no tokenizer.
+  if (!tokenizer_) tokenizer_ = std::make_shared<text::BpeTokenizer>(load_tokenizer(config_));
   const at::Tensor ids = prompt_ids(*tokenizer_, prompt, config_.text_len);
   torch::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();

@@ -42,6 +42,12 @@ Series z_image_series() {
   s.vae_source = [](const train::TrainConfig& cfg, const std::string& path) {
     return flux::kl_vae_file_source(path, cfg.series_config<ZImageSeriesConfig>().vae_config().kl());
   };
+  // seed-weights: Z-Image's vae/ is FLUX.1's VAE in diffusers' names; its text_encoder/ is
+  // Qwen3-4B (the released folder also holds lm_head, which ours does not have).
+  s.vae_release_map = [](const train::TrainConfig& cfg) {
+    return flux::kl_vae_name_map(cfg.series_config<ZImageSeriesConfig>().vae_config().kl());
+  };
+  s.text_encoder_left_out = "not written: Qwen3's output head (lm_head.weight), which the pipeline does not run";
   return diffusion::make_image_series(std::move(s));
 }
 

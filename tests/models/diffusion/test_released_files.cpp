@@ -88,9 +88,10 @@ struct Row {
 };
 
 // extra may set the tokenizer again (flux1_text_args): the later --set wins.
-std::string image_args(const std::string& series, const std::string& tokenizer, const std::string& extra = "") {
+std::string image_args(const std::string& series, const std::string& tokenizer, const std::string& extra = "",
+                       const std::string& config = "base.yaml") {
   static const std::string images = make_captioned_images("released_files");
-  return "--config " + kSource + "/configs/" + series + "/base.yaml --set " + series + ".dataset=" + images + " --set " +
+  return "--config " + kSource + "/configs/" + series + "/" + config + " --set " + series + ".dataset=" + images + " --set " +
          series + ".tokenizer=" + tokenizer + extra +
          " --set train.steps=2 --set train.micro_batch_size=1 --set train.warmup_steps=1 --set run.progress=false"
          " --set parallel.comm_timeout_s=120";
@@ -290,3 +291,21 @@ TEST(ReleasedFilesRefused, ATextTowerTensorNoRuleNamesIsRefusedNamingItAndTheFil
             std::string::npos)
       << bad.output;
 }
+
+// `zeroshard seed-weights` writes each series' released folders (transformer/, the text tower's
+// folder, vae/, through the series' name maps) and a LoRA run reads them all in place, training
+// bitwise as the seeded run.
+class SeedWeights : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(SeedWeights, TheReleasedFoldersTrainInPlaceBitwiseAsTheSeededModel) {
+  const std::string series = rows().at(GetParam()).series;
+  const std::string args = series == "flux1" ? image_args("flux1", flux1_text_inputs().spm, flux1_text_args(), "lora.yaml")
+                                             : image_args(series, kQwenTokenizer, "", "lora.yaml");
+  const std::string keys = expect_seeded_folders_train_as_seeded(args, "seed_weights_" + series);
+  for (const std::string key : {".dit_from=", ".text_encoder_from=", ".vae_from="}) {
+    EXPECT_NE(keys.find(series + key), std::string::npos) << keys;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ImageSeries, SeedWeights, ::testing::Range<size_t>(0, 4),
+                         [](const ::testing::TestParamInfo<size_t>& i) { return rows().at(i.param).series; });

@@ -202,3 +202,8 @@ TEST(Qwen3Series, HuggingFaceFolderRoundTripsBitwise) {
   // The first step from the folder starts from the trained weights, not a fresh init.
   EXPECT_LT(again.metrics.front()["loss"].get<double>(), base.metrics.front()["loss"].get<double>());
 }
+
+TEST(Qwen3Series, SeedWeightsInTheReleasedLayoutTrainInPlaceBitwiseAsTheSeededModel) {
+  const std::string keys = expect_seeded_folders_train_as_seeded(train_args("lora.yaml"), "qwen3_seed_weights");
+  EXPECT_NE(keys.find("model.from_hf="), std::string::npos) << keys;  // config.json + the weights
+}

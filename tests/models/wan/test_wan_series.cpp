@@ -139,3 +139,11 @@ TEST(WanSeries, TheSizeConfigsHoldThePublishedParameterCounts) {
     EXPECT_EQ(n, count) << file;
   }
 }
+
+TEST(WanSeries, SeedWeightsInTheReleasedLayoutTrainInPlaceBitwiseAsTheSeededModel) {
+  const std::string keys = expect_seeded_folders_train_as_seeded(
+      towers_args("lora.yaml") + " --set train.micro_batch_size=1 --set train.warmup_steps=1", "wan_seed_weights");
+  for (const std::string key : {"wan.dit_from=", "wan.text_encoder_from=", "wan.vae_from="}) {
+    EXPECT_NE(keys.find(key), std::string::npos) << keys;
+  }
+}
