@@ -11,6 +11,7 @@
 #include "models/series.h"
 #include "nn/layers.h"
 #include "train/config.h"
+#include "util/heap.h"
 #include "util/text.h"
 
 #include <torch/torch.h>
@@ -103,6 +104,7 @@ Command add_seed_weights(CLI::App& app) {
                   "Write only these folders (their prefix without the dot, e.g. dit, text_encoder, vae; "
                   "repeatable): when the disk holds one at a time");
   return {sub, [a] {
+            util::StreamingHeap streaming;  // one tensor's temporaries after another (util/heap.h)
             const train::TrainConfig cfg = train::load_model_config(a->config_path, a->overrides);
             const models::Series& series = models::find_series(cfg.series);
             if (!series.seeded_model) {
@@ -116,8 +118,12 @@ Command add_seed_weights(CLI::App& app) {
             } else {
               folders.push_back({"", "", "model", "model.init_from", {}, true, "", {}});
             }
+            // A folder's name for --only: its prefix without the dot ("model" for the whole model).
+            auto label = [](const models::ReleasedFolder& f) {
+              return f.prefix.empty() ? std::string("model") : f.prefix.substr(0, f.prefix.size() - 1);
+            };
             std::set<std::string> known;
-            for (const auto& f : folders) known.insert(f.prefix.empty() ? "model" : f.prefix.substr(0, f.prefix.size() - 1));
+            for (const auto& f : folders) known.insert(label(f));
             for (const auto& o : a->only) {
               if (!known.count(o)) {
                 throw std::invalid_argument("seed-weights --only " + o + ": " + cfg.series + " writes " +
@@ -133,29 +139,45 @@ Command add_seed_weights(CLI::App& app) {
               if (!seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
               params.emplace_back(item.key(), item.value());
             }
-            std::set<std::string> written_params;
+            // Every folder checked before anything is written: each parameter lies in one folder, no
+            // folder to write exists already.
+            std::vector<std::vector<OurParam>> mine(folders.size());
+            std::set<std::string> placed;
+            for (size_t i = 0; i < folders.size(); ++i) {
+              for (const auto& [name, t] : params) {
+                if (!util::starts_with(name, folders[i].prefix) || !placed.insert(name).second) continue;
+                mine[i].push_back({name.substr(folders[i].prefix.size()), t.sizes().vec()});
+              }
+            }
+            for (const auto& [name, t] : params) {
+              if (!placed.count(name)) {
+                throw std::logic_error("seed-weights: parameter '" + name + "' lies in no released folder of " +
+                                       cfg.series);
+              }
+            }
+            auto dir_of = [&](const models::ReleasedFolder& f) { return f.folder.empty() ? a->out : a->out + "/" + f.folder; };
+            auto index_of = [&](const models::ReleasedFolder& f) { return dir_of(f) + "/" + f.stem + ".safetensors.index.json"; };
+            std::vector<size_t> todo;
+            for (size_t i = 0; i < folders.size(); ++i) {
+              if (mine[i].empty() || (!a->only.empty() && std::find(a->only.begin(), a->only.end(), label(folders[i])) == a->only.end())) {
+                continue;
+              }
+              if (fs::exists(index_of(folders[i]))) {
+                throw std::invalid_argument("seed-weights: " + index_of(folders[i]) +
+                                            " exists; remove the folder or write elsewhere");
+              }
+              todo.push_back(i);
+            }
+            if (todo.empty()) throw std::invalid_argument("seed-weights: nothing to write (--only names no folder with parameters)");
             double total_bytes = 0;
             int64_t total_params = 0;
             std::vector<std::string> keys;
-            for (const auto& f : folders) {
-              const std::string label = f.prefix.empty() ? "model" : f.prefix.substr(0, f.prefix.size() - 1);
-              std::vector<OurParam> mine;
-              for (const auto& [name, t] : params) {
-                if (!util::starts_with(name, f.prefix)) continue;
-                written_params.insert(name);
-                mine.push_back({name.substr(f.prefix.size()), t.sizes().vec()});
-              }
-              if (mine.empty() || (!a->only.empty() && std::find(a->only.begin(), a->only.end(), label) == a->only.end())) {
-                continue;
-              }
-              const std::string dir = f.folder.empty() ? a->out : a->out + "/" + f.folder;
-              const std::string index = dir + "/" + f.stem + ".safetensors.index.json";
-              if (fs::exists(index)) {
-                throw std::invalid_argument("seed-weights: " + index + " exists; remove the folder or write elsewhere");
-              }
-              const FolderPlan plan = plan_folder(f, mine, dtype);
+            for (size_t i : todo) {
+              const models::ReleasedFolder& f = folders[i];
+              const std::string dir = dir_of(f);
+              const FolderPlan plan = plan_folder(f, mine[i], dtype);
               std::map<std::string, std::vector<int64_t>> shape_of;
-              for (const auto& p : mine) shape_of[p.name] = p.shape;
+              for (const auto& p : mine[i]) shape_of[p.name] = p.shape;
               const auto start = std::chrono::steady_clock::now();
               // One group of our tensors at a time: seeded in fp32, mapped, converted as written.
               const std::vector<std::string> files = io::write_sharded_safetensors(
@@ -180,18 +202,11 @@ Command add_seed_weights(CLI::App& app) {
               total_params += plan.their_numel;
               std::printf("%s -> %s: %lld parameters (%zu of ours) in %zu files, %s, %.1f s\n",
                           f.prefix.empty() ? "model" : (f.prefix + "*").c_str(), dir.c_str(),
-                          static_cast<long long>(plan.their_numel), mine.size(),
-                          files.size() - 1, gb(bytes).c_str(), seconds);
+                          static_cast<long long>(plan.their_numel), mine[i].size(), files.size() - 1, gb(bytes).c_str(),
+                          seconds);
               if (!f.note.empty()) std::printf("  note: %s\n", f.note.c_str());
-              keys.push_back("--set " + f.key + "=" + (f.key_takes_index ? index : dir));
+              keys.push_back("--set " + f.key + "=" + (f.key_takes_index ? index_of(f) : dir));
             }
-            for (const auto& [name, t] : params) {
-              if (!written_params.count(name)) {
-                throw std::logic_error("seed-weights: parameter '" + name + "' lies in no released folder of " +
-                                       cfg.series);
-              }
-            }
-            if (keys.empty()) throw std::invalid_argument("seed-weights: nothing to write (--only names no folder with parameters)");
             std::printf("%lld parameters, %s (%s) in %s; a run reads them with\n  %s\n",
                         static_cast<long long>(total_params), gb(total_bytes).c_str(), a->dtype.c_str(), a->out.c_str(),
                         util::join(keys, " \\\n  ").c_str());

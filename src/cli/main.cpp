@@ -2,12 +2,11 @@
 #include "cli/command.h"
 #include "cli/launch_or_run.h"
 #include "cli/thread_env.h"
+#include "util/heap.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/launch.h"
 
 #include <c10/util/Exception.h>
-
-#include <malloc.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -25,13 +24,8 @@ namespace {
 // and the heap never trimmed, 23% -> 6% of the machine's cycles in the kernel's page clearing
 // at 8 layers of Qwen3-0.6B (docs/benchmarks.md). The heap then keeps its high-water mark for
 // reuse, as a caching allocator would; it goes back to the system when the process exits.
-// ZEROSHARD_MALLOC_DEFAULT=1 keeps glibc's defaults.
-void configure_allocator() {
-  const char* opt_out = std::getenv("ZEROSHARD_MALLOC_DEFAULT");
-  if (opt_out != nullptr && std::string(opt_out) == "1") return;
-  mallopt(M_MMAP_MAX, 0);        // no block gets an mmap of its own: all come from the heap
-  mallopt(M_TRIM_THRESHOLD, -1);  // and the heap is never shrunk
-}
+// ZEROSHARD_MALLOC_DEFAULT=1 keeps glibc's defaults (src/util/heap.h).
+void configure_allocator() { zeroshard::util::heap_for_steps(); }
 
 }  // namespace
 

@@ -16,6 +16,7 @@
 #include "train/step_metrics.h"
 #include "train/stop_signal.h"
 #include "train/task.h"
+#include "util/heap.h"
 #include "util/tensor_memory.h"
 #include "util/threads.h"
 #include "zeroshard/optim.h"
@@ -328,7 +329,12 @@ void Trainer::setup() {
     s.log->line("LoRA adapters from the PEFT adapter " + cfg.lora.init_from);
   }
   for (const std::string& note : shard.param_source->notes()) announce(note);
-  s.sharded = fully_shard(s.task->module(), s.comm, shard);
+  {
+    // The shards are built from one parameter's temporaries after another: mapped blocks that go
+    // back when freed, so the build leaves no high-water mark for the steps (util/heap.h).
+    util::StreamingHeap streaming;
+    s.sharded = fully_shard(s.task->module(), s.comm, shard);
+  }
   if (s.sharded->num_replicas() > 1) {
     s.log->line("hybrid sharding: " + std::to_string(s.sharded->num_replicas()) +
                 " copies of the model, each sharded over " + std::to_string(s.sharded->shard_comm().world_size()) +

@@ -309,3 +309,18 @@ TEST_P(SeedWeights, TheReleasedFoldersTrainInPlaceBitwiseAsTheSeededModel) {
 
 INSTANTIATE_TEST_SUITE_P(ImageSeries, SeedWeights, ::testing::Range<size_t>(0, 4),
                          [](const ::testing::TestParamInfo<size_t>& i) { return rows().at(i.param).series; });
+
+// Bad requests are refused before anything is written: a folder that exists already (named by
+// its index), an --only no folder answers to (listing those that do).
+TEST(SeedWeightsRefused, AnExistingFolderAndAnUnknownOnlyNameThemselvesAndWriteNothing) {
+  const std::string out_dir = make_temp_dir("seed_weights_refused") + "/w";
+  const std::string cmd = std::string(ZS_BINARY) + " seed-weights --config " + kSource + "/configs/z_image/base.yaml --out " + out_dir;
+  std::string out;
+  ASSERT_EQ(run_command(cmd + " --only vae", &out), 0) << out;
+  EXPECT_FALSE(fs::exists(out_dir + "/transformer")) << "--only vae wrote the DiT";
+  EXPECT_NE(run_command(cmd, &out), 0);
+  EXPECT_NE(out.find(out_dir + "/vae/diffusion_pytorch_model.safetensors.index.json exists"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(out_dir + "/transformer")) << "the DiT was written before the refusal";
+  EXPECT_NE(run_command(cmd + " --only unet", &out), 0);
+  EXPECT_NE(out.find("--only unet: z_image writes dit, text_encoder, vae"), std::string::npos) << out;
+}
