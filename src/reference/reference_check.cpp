@@ -40,13 +40,16 @@ std::map<std::string, at::Tensor> read_all(const std::string& path) {
   return out;
 }
 
-bool is_probe(const std::string& name) { return name == "probe" || util::starts_with(name, "probe."); }
+bool is_probe(const std::string& name) {
+  return name == "probe" || util::starts_with(name, "probe.") || util::starts_with(name, "probe_");
+}
 
-// The probe paired with output `name`: "output" <-> "probe", "<x>.<i>" <-> "probe.<i>".
+// The probe paired with output `name`: "output" <-> "probe", "<x>.<i>" <-> "probe.<i>", any
+// other output "<x>" <-> "probe_<x>" (CLIP's "pooled" <-> "probe_pooled").
 std::string probe_for(const std::string& name) {
   if (name == "output") return "probe";
   const auto dot = name.rfind('.');
-  return dot == std::string::npos ? "" : "probe" + name.substr(dot);
+  return dot == std::string::npos ? "probe_" + name : "probe" + name.substr(dot);
 }
 
 // Copies every parameter and buffer from model.safetensors; a tensor sharing storage with an

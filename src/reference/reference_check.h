@@ -2,7 +2,7 @@
 // computed in float64 with the upstream code (../shared/fixtures/README.md has the format):
 //   config.json          `_kind` (which forward), `_tolerance` {output, grad}, the upstream config
 //   model.safetensors    the weights under the released key names
-//   inputs.safetensors   the inputs (+ `probe` / `probe.<i>` shaped like the outputs)
+//   inputs.safetensors   the inputs (+ `probe` / `probe.<i>` / `probe_<name>` shaped like the outputs)
 //   expected.safetensors outputs, `loss`, `grad.input.<name>`, `grad.param.<key>`
 // A kind (registered by its series) builds the model from the case's config with the released
 // parameter names and runs its forward; everything else — loading the weights strictly (every
@@ -51,7 +51,8 @@ struct ReferenceModel {
   // Runs the forward on the case's inputs. Returns the tensors to compare, by their names in
   // expected.safetensors ("output", "output.<i>", "logits", "aux_loss", ...). "loss" (the scalar
   // whose gradients the case holds) may be returned; if not, it is sum(out * probe) over every
-  // returned name with a probe ("output" <-> "probe", "output.<i>" <-> "probe.<i>").
+  // returned name with a probe ("output" <-> "probe", "output.<i>" <-> "probe.<i>", "pooled" <->
+  // "probe_pooled").
   std::function<std::map<std::string, at::Tensor>(ReferenceCase&)> run;
 };
 

@@ -114,10 +114,11 @@ void split_added(const BpeModel& m, const AddedTokenSet& set, std::string_view s
   if (start_offset < n) emit(s.substr(start_offset), -1);
 }
 
-// Runs `re` over s and emits the pieces of an Isolated (or Removed) split.
+// Runs `re` over s and emits the pieces of an Isolated (or Removed) split; with only_matches
+// (invert + Removed) the matches alone.
 template <class Emit>
-void regex_split(BpeState& st, std::size_t stage, const pcre2_code* re, bool removed, std::string_view s,
-                 const std::string& origin, Emit&& emit) {
+void regex_split(BpeState& st, std::size_t stage, const pcre2_code* re, bool removed, bool only_matches,
+                 std::string_view s, const std::string& origin, Emit&& emit) {
   pcre2_match_data* md = st.match_data[stage];
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
   const std::size_t n = s.size();
@@ -133,8 +134,8 @@ void regex_split(BpeState& st, std::size_t stage, const pcre2_code* re, bool rem
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const std::size_t b = ov[0], e = ov[1];
-    if (b > prev) emit(s.substr(prev, b - prev));
-    if (e > b && !removed) emit(s.substr(b, e - b));
+    if (b > prev && !only_matches) emit(s.substr(prev, b - prev));
+    if (e > b && (!removed || only_matches)) emit(s.substr(b, e - b));
     prev = e;
     if (e == b) {  // empty match: resume one character later, as Oniguruma's find_iter does
       if (e >= n) break;
@@ -143,7 +144,7 @@ void regex_split(BpeState& st, std::size_t stage, const pcre2_code* re, bool rem
       pos = e;
     }
   }
-  if (prev < n) emit(s.substr(prev));
+  if (prev < n && !only_matches) emit(s.substr(prev));
 }
 
 void run_stage(const BpeModel& m, BpeState& st, std::size_t k, std::string_view piece, std::vector<int32_t>& out) {
@@ -160,7 +161,7 @@ void run_stage(const BpeModel& m, BpeState& st, std::size_t k, std::string_view 
     piece = buf;
   }
   if (stage.regex) {
-    regex_split(st, k, stage.regex.get(), stage.removed, piece, m.origin,
+    regex_split(st, k, stage.regex.get(), stage.removed, stage.only_matches, piece, m.origin,
                 [&](std::string_view sub) { run_stage(m, st, k + 1, sub, out); });
   } else {
     run_stage(m, st, k + 1, piece, out);
@@ -304,36 +305,169 @@ bool is_word_char(char32_t c) {
          u_hasBinaryProperty(u, UCHAR_JOIN_CONTROL);
 }
 
-bool normalize_text(const std::vector<Normalization>& chain, std::string_view in, std::string& out) {
-  std::string_view cur = in;
-  std::string tmp;
-  bool changed = false;
-  unsigned char max_byte = 0;
-  for (const char c : in) max_byte = std::max(max_byte, static_cast<unsigned char>(c));
-  for (const Normalization form : chain) {
-    if (max_byte < 0x80) break;  // ASCII is invariant under all four forms
-    if (form == Normalization::kNFC && max_byte < 0xCC) continue;  // all code points < U+0300
-    UErrorCode err = U_ZERO_ERROR;
-    const icu::Normalizer2* norm = nullptr;
-    switch (form) {
-      case Normalization::kNFC: norm = icu::Normalizer2::getNFCInstance(err); break;
-      case Normalization::kNFD: norm = icu::Normalizer2::getNFDInstance(err); break;
-      case Normalization::kNFKC: norm = icu::Normalizer2::getNFKCInstance(err); break;
-      case Normalization::kNFKD: norm = icu::Normalizer2::getNFKDInstance(err); break;
+bool lowercase_text(std::string_view in, std::string& out) {
+  const std::size_t n = in.size();
+  std::size_t i = 0;
+  // Find the first character that changes; text without one costs this scan only.
+  for (; i < n;) {
+    const auto b = static_cast<unsigned char>(in[i]);
+    if (b < 0x80) {
+      if (b >= 'A' && b <= 'Z') break;
+      ++i;
+      continue;
     }
-    if (U_FAILURE(err)) throw std::runtime_error(std::string("ICU normalizer unavailable: ") + u_errorName(err));
-    const icu::StringPiece sp(cur.data(), static_cast<int32_t>(cur.size()));
-    if (norm->isNormalizedUTF8(sp, err) && U_SUCCESS(err)) continue;
-    err = U_ZERO_ERROR;
-    std::string result;
-    icu::StringByteSink<std::string> sink(&result, static_cast<int32_t>(cur.size() + 16));
-    norm->normalizeUTF8(0, sp, sink, nullptr, err);
-    if (U_FAILURE(err)) throw std::runtime_error(std::string("ICU normalization failed: ") + u_errorName(err));
-    tmp = std::move(result);
+    std::size_t k = i;
+    const char32_t c = utf8_decode_valid(in, k);
+    if (c == 0x130 || static_cast<char32_t>(u_tolower(static_cast<UChar32>(c))) != c) break;
+    i = k;
+  }
+  if (i == n) return false;
+  out.assign(in.data(), i);
+  out.reserve(n + 8);
+  while (i < n) {
+    const auto b = static_cast<unsigned char>(in[i]);
+    if (b < 0x80) {
+      out.push_back(b >= 'A' && b <= 'Z' ? static_cast<char>(b + 32) : static_cast<char>(b));
+      ++i;
+      continue;
+    }
+    const char32_t c = utf8_decode_valid(in, i);
+    if (c == 0x130) {  // the one unconditional multi-character lowercase mapping
+      out += "i\xCC\x87";
+    } else {
+      utf8_append(static_cast<char32_t>(u_tolower(static_cast<UChar32>(c))), out);
+    }
+  }
+  return true;
+}
+
+namespace {
+
+inline bool ascii_space(unsigned char b) { return b == ' ' || (b >= '\t' && b <= '\r'); }
+
+// Replace(Regex "\s+", " ") on pure-ASCII text: \s is then [\t-\r ].
+bool collapse_ascii_whitespace(std::string_view in, std::string& out) {
+  const std::size_t n = in.size();
+  std::size_t i = 0;
+  for (; i < n; ++i) {
+    const auto b = static_cast<unsigned char>(in[i]);
+    if (b != ' ' && ascii_space(b)) break;
+    if (b == ' ' && i + 1 < n && ascii_space(static_cast<unsigned char>(in[i + 1]))) break;
+  }
+  if (i == n) return false;
+  out.assign(in.data(), i);
+  while (i < n) {
+    if (ascii_space(static_cast<unsigned char>(in[i]))) {
+      out.push_back(' ');
+      while (i < n && ascii_space(static_cast<unsigned char>(in[i]))) ++i;
+    } else {
+      out.push_back(in[i++]);
+    }
+  }
+  return true;
+}
+
+// Hugging Face's Replace: every match of the pattern replaced by `content`, leftmost first,
+// not overlapping (loading refuses regexes that can match the empty string). Builds `out` only
+// from the first match that is not already `content`.
+bool replace_text(const NormalizerStep& step, BpeState* st, std::size_t k, std::string_view in, std::string& out,
+                  const std::string& origin) {
+  const std::size_t n = in.size();
+  bool building = false;
+  std::size_t copied = 0;  // in[0, copied) is in `out` (once building)
+  auto on_match = [&](std::size_t b, std::size_t e) {
+    if (!building) {
+      if (in.substr(b, e - b) == step.content) return;
+      out.assign(in.data(), b);
+      building = true;
+    } else {
+      out.append(in.data() + copied, b - copied);
+    }
+    out += step.content;
+    copied = e;
+  };
+  if (!step.regex) {
+    if (step.literal.empty()) return false;
+    for (std::size_t pos = in.find(step.literal); pos != std::string_view::npos;
+         pos = in.find(step.literal, pos + step.literal.size())) {
+      on_match(pos, pos + step.literal.size());
+    }
+  } else {
+    pcre2_match_data* md = st ? st->norm_match_data[k] : nullptr;
+    pcre2_match_data* own = nullptr;
+    if (!md) md = own = pcre2_match_data_create_from_pattern(step.regex.get(), nullptr);
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(in.data());
+    std::size_t pos = 0;
+    while (pos < n) {
+      const int rc = pcre2_match(step.regex.get(), subject, n, pos, PCRE2_NO_UTF_CHECK, md, st ? st->match_context : nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) {
+        pcre2_match_data_free(own);
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(rc, msg, sizeof msg);
+        throw std::runtime_error(origin + ": normalizer Replace regex failed on \"" + utf8_escape_for_message(in) +
+                                 "\": " + reinterpret_cast<const char*>(msg));
+      }
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      const std::size_t b = ov[0], e = ov[1];
+      if (e <= b) break;  // cannot happen (no empty matches), but never loop
+      on_match(b, e);
+      pos = e;
+    }
+    pcre2_match_data_free(own);
+  }
+  if (!building) return false;
+  out.append(in.data() + copied, n - copied);
+  return true;
+}
+
+unsigned char max_byte_of(std::string_view s) {
+  unsigned char m = 0;
+  for (const char c : s) m = std::max(m, static_cast<unsigned char>(c));
+  return m;
+}
+
+}  // namespace
+
+bool normalize_text(const BpeModel& m, BpeState* st, std::string_view in, std::string& out) {
+  std::string_view cur = in;
+  std::string tmp, result;
+  bool changed = false;
+  unsigned char max_byte = max_byte_of(in);
+  for (std::size_t k = 0; k < m.normalizers.size(); ++k) {
+    const NormalizerStep& step = m.normalizers[k];
+    result.clear();
+    bool step_changed = false;
+    if (step.kind == NormalizerStep::kLowercase) {
+      step_changed = lowercase_text(cur, result);
+    } else if (step.kind == NormalizerStep::kReplace) {
+      step_changed = step.collapse_ws && max_byte < 0x80 ? collapse_ascii_whitespace(cur, result)
+                                                         : replace_text(step, st, k, cur, result, m.origin);
+    } else {
+      if (max_byte < 0x80) continue;  // ASCII is invariant under all four forms
+      if (step.kind == NormalizerStep::kNFC && max_byte < 0xCC) continue;  // all code points < U+0300
+      UErrorCode err = U_ZERO_ERROR;
+      const icu::Normalizer2* norm = nullptr;
+      switch (step.kind) {
+        case NormalizerStep::kNFD: norm = icu::Normalizer2::getNFDInstance(err); break;
+        case NormalizerStep::kNFKC: norm = icu::Normalizer2::getNFKCInstance(err); break;
+        case NormalizerStep::kNFKD: norm = icu::Normalizer2::getNFKDInstance(err); break;
+        default: norm = icu::Normalizer2::getNFCInstance(err); break;
+      }
+      if (U_FAILURE(err)) throw std::runtime_error(std::string("ICU normalizer unavailable: ") + u_errorName(err));
+      const icu::StringPiece sp(cur.data(), static_cast<int32_t>(cur.size()));
+      if (norm->isNormalizedUTF8(sp, err) && U_SUCCESS(err)) continue;
+      err = U_ZERO_ERROR;
+      icu::StringByteSink<std::string> sink(&result, static_cast<int32_t>(cur.size() + 16));
+      norm->normalizeUTF8(0, sp, sink, nullptr, err);
+      if (U_FAILURE(err)) throw std::runtime_error(std::string("ICU normalization failed: ") + u_errorName(err));
+      step_changed = true;
+    }
+    if (!step_changed) continue;
+    tmp.swap(result);
     cur = tmp;
     changed = true;
-    max_byte = 0;
-    for (const char c : cur) max_byte = std::max(max_byte, static_cast<unsigned char>(c));
+    max_byte = max_byte_of(cur);
   }
   if (changed) out = std::move(tmp);
   return changed;
@@ -384,9 +518,11 @@ void bpe_word(const BpeModel& m, BpeState& st, std::string_view word, std::vecto
   if (!done) {
     bool fast = m.fast_initial;
     if (fast) {
-      syms.resize(word.size());
-      for (std::size_t i = 0; i < word.size(); ++i) {
-        const int32_t id = m.byte_id[static_cast<unsigned char>(word[i])];
+      const std::size_t n = word.size();
+      syms.resize(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto b = static_cast<unsigned char>(word[i]);
+        const int32_t id = i + 1 < n ? m.byte_id[b] : m.byte_last_id[b];
         if (id < 0) {
           fast = false;
           break;
@@ -426,7 +562,7 @@ void encode_text(const BpeModel& m, BpeState& st, std::string_view text, std::ve
       return;
     }
     std::string_view norm = piece;
-    if (!m.normalizers.empty() && normalize_text(m.normalizers, piece, st.norm_buf)) norm = st.norm_buf;
+    if (!m.normalizers.empty() && normalize_text(m, &st, piece, st.norm_buf)) norm = st.norm_buf;
     split_added(m, m.normalized_added, norm, [&](std::string_view sub, int32_t sid) {
       if (sid >= 0) {
         out.push_back(sid);
@@ -444,7 +580,7 @@ std::string normalized_text(const BpeModel& m, std::string_view text) {
     text = valid;
   }
   split_added(m, m.raw_added, text, [&](std::string_view piece, int32_t id) {
-    if (id >= 0 || m.normalizers.empty() || !normalize_text(m.normalizers, piece, norm)) {
+    if (id >= 0 || m.normalizers.empty() || !normalize_text(m, nullptr, piece, norm)) {
       out.append(piece);
     } else {
       out.append(norm);

@@ -28,12 +28,20 @@ using Pcre2Code = std::unique_ptr<pcre2_code, Pcre2CodeDeleter>;
 Pcre2Code compile_onig_pattern(const std::string& pattern, const std::string& field);
 Pcre2Code compile_literal_pattern(const std::string& literal, const std::string& field);
 
-enum class Normalization { kNFC, kNFD, kNFKC, kNFKD };
+// One normalizer of the chain (`normalizer`, Sequence flattened), applied in order.
+struct NormalizerStep {
+  enum Kind { kNFC, kNFD, kNFKC, kNFKD, kReplace, kLowercase } kind = kNFC;
+  Pcre2Code regex;          // Replace with {"Regex": ...}
+  std::string literal;      // Replace with {"String": ...} (empty: matches nothing, as in HF)
+  std::string content;      // Replace's replacement
+  bool collapse_ws = false;  // Replace(Regex "\\s+", " "): pure-ASCII text is checked without PCRE2
+};
 
 struct PreTokenizerStage {
   enum Kind { kSplit, kByteLevel } kind = kSplit;
   Pcre2Code regex;            // Split pattern, or the GPT-2 pattern of ByteLevel(use_regex)
   bool removed = false;       // Split behavior "Removed" (else "Isolated")
+  bool only_matches = false;  // Split invert + Removed: keep the matches, drop the text between
   bool add_prefix_space = false;  // ByteLevel
 };
 
@@ -107,18 +115,25 @@ struct BpeModel {
   std::string continuing_subword_prefix, end_of_word_suffix;
   std::array<int32_t, 256> byte_fallback_id{};  // <0xXX> ids or -1
 
-  std::vector<Normalization> normalizers;
+  std::vector<NormalizerStep> normalizers;
   std::vector<PreTokenizerStage> stages;
   bool byte_level = false;  // a ByteLevel pre-tokenizer maps bytes to its alphabet
   // ByteLevel alphabet: byte -> its character (UTF-8) and the id of that one-character token.
   std::array<std::string, 256> byte_char;
   std::array<int32_t, 256> byte_id{};
-  bool fast_initial = false;  // byte_level, no prefix/suffix: byte_id gives initial symbols
+  // The id of a byte's character + end_of_word_suffix (the last symbol of a word; == byte_id
+  // without a suffix), or -1.
+  std::array<int32_t, 256> byte_last_id{};
+  bool fast_initial = false;  // byte_level, no prefix: byte_id / byte_last_id give initial symbols
 
   // Post-processor (add_special_tokens = true): ids before and after the sequence.
   std::vector<int32_t> template_prefix, template_suffix;
 
   enum class Decoder { kByteLevel, kNone } decoder = Decoder::kByteLevel;
+  // transformers' CLIPTokenizerFast wraps the decoder: end_of_word_suffix -> " ", then Python's
+  // str.strip(); then clean_up_tokenization when the config sets clean_up_tokenization_spaces.
+  bool clip_decode = false;
+  bool cleanup_spaces = false;
   // Per id, the bytes the decoder produces for it (ByteLevel), as offsets into decoded_arena.
   std::string decoded_arena;
   std::vector<uint32_t> decoded_offset;  // size vocab_size + 1
@@ -157,6 +172,7 @@ struct BpeState {
   InvalidUtf8 invalid_mode = InvalidUtf8::kReplace;
   std::size_t replacements = 0;
   std::vector<pcre2_match_data*> match_data;  // one per stage (nullptr when unused)
+  std::vector<pcre2_match_data*> norm_match_data;  // one per normalizer step (Replace with a regex)
   pcre2_match_context* match_context = nullptr;
   pcre2_jit_stack* jit_stack = nullptr;
   WordCache cache;
@@ -186,8 +202,13 @@ void bpe_merge_reference(const BpeModel& m, std::vector<int32_t>& symbols);  // 
 // Unicode helpers from ICU (bpe_encode.cpp).
 bool is_white_space(char32_t c);
 bool is_word_char(char32_t c);  // Rust regex \w: Alphabetic, Mark, Nd, Pc, Join_Control
-// Normalizes `in` through the chain; returns false (and leaves `out` untouched) when `in` is
-// already normalized.
-bool normalize_text(const std::vector<Normalization>& chain, std::string_view in, std::string& out);
+// Normalizes `in` (valid UTF-8) through m.normalizers; returns false (and leaves `out`
+// untouched) when the chain leaves `in` unchanged. `st` supplies the regex match buffers; null
+// (loading, normalized_text) allocates them per call.
+bool normalize_text(const BpeModel& m, BpeState* st, std::string_view in, std::string& out);
+// Hugging Face's Lowercase: each character through Rust's char::to_lowercase (the
+// unconditional full mapping: UnicodeData's simple mapping, and U+0130 -> "i\u0307"; no
+// final-sigma context, unlike str::to_lowercase and JavaScript's toLowerCase).
+bool lowercase_text(std::string_view in, std::string& out);
 
 }  // namespace zeroshard::text::detail

@@ -80,6 +80,12 @@ BpeState::BpeState(const BpeModel& model) {
   for (std::size_t k = 0; k < model.stages.size(); ++k) {
     if (model.stages[k].regex) match_data[k] = pcre2_match_data_create_from_pattern(model.stages[k].regex.get(), nullptr);
   }
+  norm_match_data.assign(model.normalizers.size(), nullptr);
+  for (std::size_t k = 0; k < model.normalizers.size(); ++k) {
+    if (model.normalizers[k].regex) {
+      norm_match_data[k] = pcre2_match_data_create_from_pattern(model.normalizers[k].regex.get(), nullptr);
+    }
+  }
   jit_stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
   match_context = pcre2_match_context_create(nullptr);
   if (jit_stack && match_context) pcre2_jit_stack_assign(match_context, nullptr, jit_stack);
@@ -88,6 +94,7 @@ BpeState::BpeState(const BpeModel& model) {
 
 BpeState::~BpeState() {
   for (pcre2_match_data* md : match_data) pcre2_match_data_free(md);
+  for (pcre2_match_data* md : norm_match_data) pcre2_match_data_free(md);
   pcre2_match_context_free(match_context);
   pcre2_jit_stack_free(jit_stack);
 }

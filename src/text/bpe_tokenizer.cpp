@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -90,12 +92,42 @@ void parse_normalizer(BpeModel& m, const json& j, const std::string& field) {
     for (std::size_t i = 0; i < list.size(); ++i) parse_normalizer(m, list[i], field + ".normalizers[" + std::to_string(i) + "]");
     return;
   }
+  NormalizerStep step;
+  if (type == "Replace") {
+    check_keys(m.origin, field, j, {"type", "pattern", "content"});
+    step.kind = NormalizerStep::kReplace;
+    const json& pat = j.at("pattern");
+    if (pat.is_object() && pat.contains("Regex") && pat.at("Regex").is_string()) {
+      const std::string re = pat.at("Regex").get<std::string>();
+      step.regex = compile_onig_pattern(re, m.origin + ": " + field + ".pattern.Regex");
+      uint32_t min_length = 0;
+      pcre2_pattern_info(step.regex.get(), PCRE2_INFO_MINLENGTH, &min_length);
+      if (min_length == 0) {
+        // Hugging Face's replacement at empty matches is irregular (two insertions at the
+        // start of the text): refuse rather than disagree.
+        fail(m.origin, field + ".pattern.Regex", "the pattern " + dump_short(pat.at("Regex")) +
+                                                     " can match the empty string, which is not supported in Replace");
+      }
+      step.collapse_ws = re == "\\s+";
+    } else if (pat.is_object() && pat.contains("String") && pat.at("String").is_string()) {
+      step.literal = pat.at("String").get<std::string>();
+    } else {
+      unsupported(m.origin, field + ".pattern", pat, "{\"Regex\": ...}, {\"String\": ...}");
+    }
+    if (!j.at("content").is_string()) fail(m.origin, field + ".content", "expected a string, got " + dump_short(j.at("content")));
+    step.content = j.at("content").get<std::string>();
+    step.collapse_ws = step.collapse_ws && step.content == " ";
+    m.normalizers.push_back(std::move(step));
+    return;
+  }
   check_keys(m.origin, field, j, {"type"});
-  if (type == "NFC") m.normalizers.push_back(Normalization::kNFC);
-  else if (type == "NFD") m.normalizers.push_back(Normalization::kNFD);
-  else if (type == "NFKC") m.normalizers.push_back(Normalization::kNFKC);
-  else if (type == "NFKD") m.normalizers.push_back(Normalization::kNFKD);
-  else unsupported(m.origin, field + ".type", j.at("type"), "NFC, NFD, NFKC, NFKD, Sequence, null");
+  if (type == "NFC") step.kind = NormalizerStep::kNFC;
+  else if (type == "NFD") step.kind = NormalizerStep::kNFD;
+  else if (type == "NFKC") step.kind = NormalizerStep::kNFKC;
+  else if (type == "NFKD") step.kind = NormalizerStep::kNFKD;
+  else if (type == "Lowercase") step.kind = NormalizerStep::kLowercase;
+  else unsupported(m.origin, field + ".type", j.at("type"), "NFC, NFD, NFKC, NFKD, Replace, Lowercase, Sequence, null");
+  m.normalizers.push_back(std::move(step));
 }
 
 void parse_pre_tokenizer(BpeModel& m, const json& j, const std::string& field) {
@@ -128,7 +160,9 @@ void parse_pre_tokenizer(BpeModel& m, const json& j, const std::string& field) {
     if (behavior == "Isolated") stage.removed = false;
     else if (behavior == "Removed") stage.removed = true;
     else unsupported(m.origin, field + ".behavior", behavior, "Isolated, Removed");
-    if (get_bool(m.origin, field, j, "invert", false)) unsupported(m.origin, field + ".invert", j.at("invert"), "false");
+    // invert flips which parts count as matches: with Removed only the matches stay; with
+    // Isolated every part stays either way (Hugging Face ignores the flag there).
+    stage.only_matches = get_bool(m.origin, field, j, "invert", false) && stage.removed;
   } else if (type == "ByteLevel") {
     check_keys(m.origin, field, j, {"type", "add_prefix_space", "trim_offsets", "use_regex"});
     stage.kind = PreTokenizerStage::kByteLevel;
@@ -173,8 +207,21 @@ void parse_post_processor(BpeModel& m, const json& j, const std::string& field) 
         unsupported(m.origin, f, item, "Sequence, SpecialToken");
       }
     }
+  } else if (type == "RobertaProcessing") {
+    check_keys(m.origin, field, j, {"type", "sep", "cls", "trim_offsets", "add_prefix_space"});
+    // Wraps what it is given: cls first, sep last (the flags only move offsets).
+    auto id_of = [&](const char* key) -> int32_t {
+      const json& v = j.at(key);
+      if (!v.is_array() || v.size() != 2 || !v[0].is_string() || !v[1].is_number_integer() || v[1].get<int64_t>() < 0 ||
+          v[1].get<int64_t>() >= static_cast<int64_t>(m.id_to_token.size())) {
+        fail(m.origin, field + "." + key, "expected [\"token\", id] with an id of the vocabulary, got " + dump_short(v));
+      }
+      return v[1].get<int32_t>();
+    };
+    m.template_prefix.insert(m.template_prefix.begin(), id_of("cls"));
+    m.template_suffix.push_back(id_of("sep"));
   } else {
-    unsupported(m.origin, field + ".type", j.at("type"), "ByteLevel, TemplateProcessing, Sequence, null");
+    unsupported(m.origin, field + ".type", j.at("type"), "ByteLevel, TemplateProcessing, RobertaProcessing, Sequence, null");
   }
 }
 
@@ -351,7 +398,7 @@ void build_added_set(BpeModel& m, AddedTokenSet& set, bool normalized) {
     std::string pat = a.content;
     if (normalized) {
       std::string out;
-      if (normalize_text(m.normalizers, pat, out)) pat = out;
+      if (normalize_text(m, nullptr, pat, out)) pat = out;
     }
     if (pat.empty()) continue;
     set.patterns.push_back(pat);
@@ -402,48 +449,78 @@ std::optional<int32_t> config_token(const BpeModel& m, const json& cfg, const ch
   fail(origin, key, "token \"" + content + "\" is not in the vocabulary of " + m.origin);
 }
 
-}  // namespace
-
-}  // namespace detail
-
-using detail::BpeModel;
-using detail::BpeState;
-
-BpeTokenizer BpeTokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json,
-                                     const std::string& origin) {
-  using nlohmann::json;
-  json j;
-  try {
-    j = json::parse(tokenizer_json.begin(), tokenizer_json.end());
-  } catch (const json::parse_error& e) {
-    throw std::invalid_argument(origin + ": not valid JSON: " + e.what());
+void replace_all(std::string& s, std::string_view from, std::string_view to) {
+  if (from.empty() || s.find(from) == std::string::npos) return;
+  std::string out;
+  out.reserve(s.size());
+  std::size_t pos = 0;
+  for (std::size_t hit = s.find(from); hit != std::string::npos; hit = s.find(from, pos)) {
+    out.append(s, pos, hit - pos);
+    out.append(to);
+    pos = hit + from.size();
   }
+  out.append(s, pos, std::string::npos);
+  s = std::move(out);
+}
+
+// Python's str.isspace(): Unicode White_Space plus U+001C..U+001F.
+bool python_space(char32_t c) { return is_white_space(c) || (c >= 0x1C && c <= 0x1F); }
+
+// Python's str.strip() on valid UTF-8.
+void python_strip(std::string& s) {
+  std::size_t b = 0;
+  while (b < s.size()) {
+    std::size_t k = b;
+    if (!python_space(utf8_decode_valid(s, k))) break;
+    b = k;
+  }
+  std::size_t e = s.size();
+  while (e > b) {
+    std::size_t p = e - 1;
+    while (p > b && (static_cast<unsigned char>(s[p]) & 0xC0) == 0x80) --p;
+    std::size_t k = p;
+    if (!python_space(utf8_decode_valid(s, k))) break;
+    e = p;
+  }
+  s = s.substr(b, e - b);
+}
+
+// transformers' PreTrainedTokenizerBase.clean_up_tokenization.
+void clean_up_tokenization(std::string& s) {
+  static const std::pair<const char*, const char*> kRules[] = {
+      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  for (const auto& [from, to] : kRules) replace_all(s, from, to);
+}
+
+std::shared_ptr<BpeModel> build_model(const json& j, std::string_view config_json, const std::string& origin,
+                                      bool clip_files) {
   auto m = std::make_shared<BpeModel>();
   m->origin = origin;
   try {
-    detail::check_keys(origin, "(top level)", j,
-                       {"version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer",
-                        "post_processor", "decoder", "model"});
-    if (j.contains("truncation") && !j.at("truncation").is_null()) detail::unsupported(origin, "truncation", j.at("truncation"), "null");
-    if (j.contains("padding") && !j.at("padding").is_null()) detail::unsupported(origin, "padding", j.at("padding"), "null");
-    if (!j.contains("model")) detail::fail(origin, "model", "missing");
-    detail::build_byte_alphabet(m->byte_char);
-    detail::size_id_tables(*m, j);
-    detail::parse_model(*m, j.at("model"));
-    detail::index_vocab(*m);
-    detail::parse_merges(*m, j.at("model").at("merges"));
-    if (j.contains("normalizer")) detail::parse_normalizer(*m, j.at("normalizer"), "normalizer");
-    if (j.contains("pre_tokenizer")) detail::parse_pre_tokenizer(*m, j.at("pre_tokenizer"), "pre_tokenizer");
-    if (j.contains("post_processor")) detail::parse_post_processor(*m, j.at("post_processor"), "post_processor");
-    detail::parse_decoder(*m, j.contains("decoder") ? j.at("decoder") : json(nullptr), "decoder");
-    if (j.contains("added_tokens")) detail::parse_added_tokens(*m, j.at("added_tokens"));
+    check_keys(origin, "(top level)", j,
+               {"version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer", "post_processor",
+                "decoder", "model"});
+    if (j.contains("truncation") && !j.at("truncation").is_null()) unsupported(origin, "truncation", j.at("truncation"), "null");
+    if (j.contains("padding") && !j.at("padding").is_null()) unsupported(origin, "padding", j.at("padding"), "null");
+    if (!j.contains("model")) fail(origin, "model", "missing");
+    build_byte_alphabet(m->byte_char);
+    size_id_tables(*m, j);
+    parse_model(*m, j.at("model"));
+    index_vocab(*m);
+    parse_merges(*m, j.at("model").at("merges"));
+    if (j.contains("normalizer")) parse_normalizer(*m, j.at("normalizer"), "normalizer");
+    if (j.contains("pre_tokenizer")) parse_pre_tokenizer(*m, j.at("pre_tokenizer"), "pre_tokenizer");
+    if (j.contains("post_processor")) parse_post_processor(*m, j.at("post_processor"), "post_processor");
+    parse_decoder(*m, j.contains("decoder") ? j.at("decoder") : json(nullptr), "decoder");
+    if (j.contains("added_tokens")) parse_added_tokens(*m, j.at("added_tokens"));
   } catch (const json::exception& e) {
     throw std::invalid_argument(origin + ": unexpected structure: " + e.what());
   }
-  const std::string unk = detail::get_string_or_empty(origin, "model", j.at("model"), "unk_token");
+  const std::string unk = get_string_or_empty(origin, "model", j.at("model"), "unk_token");
   if (!unk.empty()) {
     const auto it = m->vocab.find(unk);
-    if (it == m->vocab.end()) detail::fail(origin, "model.unk_token", "\"" + unk + "\" is not in model.vocab");
+    if (it == m->vocab.end()) fail(origin, "model.unk_token", "\"" + unk + "\" is not in model.vocab");
     m->unk_id = it->second;
   }
   m->byte_fallback_id.fill(-1);
@@ -457,11 +534,14 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view tokenizer_json, std::strin
   for (int b = 0; b < 256; ++b) {
     const auto it = m->vocab.find(m->byte_char[b]);
     m->byte_id[b] = it == m->vocab.end() ? -1 : it->second;
+    const auto il = m->vocab.find(m->byte_char[b] + m->end_of_word_suffix);
+    m->byte_last_id[b] = il == m->vocab.end() ? -1 : il->second;
   }
-  m->fast_initial = m->byte_level && m->continuing_subword_prefix.empty() && m->end_of_word_suffix.empty();
-  detail::build_added_set(*m, m->raw_added, false);
-  detail::build_added_set(*m, m->normalized_added, true);
-  detail::build_decoder_table(*m);
+  m->fast_initial = m->byte_level && m->continuing_subword_prefix.empty();
+  build_added_set(*m, m->raw_added, false);
+  build_added_set(*m, m->normalized_added, true);
+  build_decoder_table(*m);
+  bool clip_class = clip_files;
   if (!config_json.empty()) {
     json cfg;
     const std::string corigin = origin + " (tokenizer_config.json)";
@@ -470,28 +550,296 @@ BpeTokenizer BpeTokenizer::from_json(std::string_view tokenizer_json, std::strin
     } catch (const json::parse_error& e) {
       throw std::invalid_argument(corigin + ": not valid JSON: " + e.what());
     }
-    m->eos_id = detail::config_token(*m, cfg, "eos_token", corigin);
-    m->pad_id = detail::config_token(*m, cfg, "pad_token", corigin);
-    m->bos_id = detail::config_token(*m, cfg, "bos_token", corigin);
+    m->eos_id = config_token(*m, cfg, "eos_token", corigin);
+    m->pad_id = config_token(*m, cfg, "pad_token", corigin);
+    m->bos_id = config_token(*m, cfg, "bos_token", corigin);
+    if (cfg.contains("tokenizer_class") && cfg.at("tokenizer_class").is_string()) {
+      const std::string cls = cfg.at("tokenizer_class").get<std::string>();
+      clip_class = clip_class || cls == "CLIPTokenizer" || cls == "CLIPTokenizerFast";
+    }
+    m->cleanup_spaces = cfg.contains("clean_up_tokenization_spaces") && cfg.at("clean_up_tokenization_spaces").is_boolean() &&
+                        cfg.at("clean_up_tokenization_spaces").get<bool>();
   }
-  return BpeTokenizer(std::move(m));
+  m->clip_decode = clip_class && !m->end_of_word_suffix.empty();
+  if (!m->clip_decode) m->cleanup_spaces = false;  // only the CLIP wrapper is reproduced
+  return m;
+}
+
+std::string slurp(const std::string& p, bool required) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) {
+    if (required) throw std::runtime_error(p + ": cannot open tokenizer file");
+    return {};
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+json parse_named(std::string_view text, const std::string& origin) {
+  try {
+    return json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument(origin + ": not valid JSON: " + e.what());
+  }
+}
+
+// A special token as transformers' CLIPTokenizer holds it: bos/eos/unk are wrapped in
+// AddedToken(lstrip=False, rstrip=False), whose `normalized` defaults to true.
+json special_entry(const json& v, const std::string& origin, const std::string& field) {
+  json e = {{"content", ""}, {"single_word", false}, {"lstrip", false}, {"rstrip", false}, {"normalized", true}, {"special", true}};
+  if (v.is_string()) {
+    e["content"] = v.get<std::string>();
+    return e;
+  }
+  if (!v.is_object() || !v.contains("content") || !v.at("content").is_string()) {
+    fail(origin, field, "expected a string or {\"content\": ...}, got " + dump_short(v));
+  }
+  for (const char* k : {"content", "single_word", "lstrip", "rstrip", "normalized", "special"}) {
+    if (v.contains(k) && !v.at(k).is_null()) e[k] = v.at(k);
+  }
+  e["special"] = true;
+  return e;
+}
+
+// transformers' CLIPConverter (convert_slow_tokenizer.py) applied to CLIPTokenizer's files.
+json clip_converted(std::string_view vocab_text, std::string_view merges_text, std::string_view config_text,
+                    std::string_view special_map_text, const std::string& vocab_origin, const std::string& merges_origin,
+                    const std::string& config_origin, bool class_known) {
+  json vocab = parse_named(vocab_text, vocab_origin);
+  if (!vocab.is_object()) fail(vocab_origin, "(top level)", "expected an object token -> id");
+  if (!class_known && !vocab.contains("<|startoftext|>")) {
+    throw std::invalid_argument(vocab_origin + ": has no \"<|startoftext|>\" and no tokenizer_config.json names "
+                                "tokenizer_class CLIPTokenizer: only CLIP's vocab.json + merges.txt are supported "
+                                "(other tokenizers need their tokenizer.json)");
+  }
+  int64_t max_id = -1;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX) {
+      fail(vocab_origin, "\"" + utf8_escape_for_message(it.key()) + "\"", "expected an id >= 0, got " + dump_short(it.value()));
+    }
+    max_id = std::max<int64_t>(max_id, it.value().get<int64_t>());
+  }
+
+  // merges.txt as CLIPTokenizer reads it: read().strip().split("\n")[1 : 49152 - 256 - 2 + 1],
+  // each line split on whitespace. The first line ("#version: 0.2") is skipped whatever it
+  // holds, and merges past the first 48,894 lines are ignored, as there.
+  constexpr std::size_t kClipMaxMerges = 49152 - 256 - 2;
+  json merges = json::array();
+  {
+    auto is_ws = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); };
+    std::size_t begin = 0, end = merges_text.size();
+    while (begin < end && is_ws(merges_text[begin])) ++begin;
+    while (end > begin && is_ws(merges_text[end - 1])) --end;
+    std::size_t lineno = 1 + static_cast<std::size_t>(std::count(merges_text.begin(), merges_text.begin() + begin, '\n'));
+    std::set<std::pair<std::string, std::string>> seen;
+    std::size_t index = 0;  // line index after the strip; 0 is the header
+    for (std::size_t pos = begin; pos < end && index <= kClipMaxMerges; ++index, ++lineno) {
+      std::size_t nl = merges_text.find('\n', pos);
+      if (nl == std::string_view::npos || nl > end) nl = end;
+      const std::string_view line = merges_text.substr(pos, nl - pos);
+      pos = nl + 1;
+      if (index == 0) continue;
+      std::vector<std::string> fields;
+      for (std::size_t i = 0; i < line.size();) {
+        while (i < line.size() && is_ws(line[i])) ++i;
+        const std::size_t f = i;
+        while (i < line.size() && !is_ws(line[i])) ++i;
+        if (i > f) fields.emplace_back(line.substr(f, i - f));
+      }
+      if (fields.empty()) continue;  // a blank line (transformers would fail on it)
+      const std::string where = merges_origin + ":" + std::to_string(lineno);
+      if (fields.size() != 2) {
+        throw std::invalid_argument(where + ": expected two tokens separated by a space, got \"" +
+                                    utf8_escape_for_message(line, 120) + "\"");
+      }
+      for (int k = 0; k < 3; ++k) {
+        const std::string tok = k < 2 ? fields[k] : fields[0] + fields[1];
+        if (!vocab.contains(tok)) {
+          throw std::invalid_argument(where + ": " + (k < 2 ? "token \"" : "merged token \"") + utf8_escape_for_message(tok) +
+                                      "\" is not in " + vocab_origin);
+        }
+      }
+      // bpe_ranks is a dict: a repeated pair keeps its first place in the converter's list.
+      if (seen.emplace(fields[0], fields[1]).second) merges.push_back(json::array({fields[0], fields[1]}));
+    }
+  }
+
+  const json cfg = config_text.empty() ? json::object() : parse_named(config_text, config_origin);
+  if (!cfg.is_object()) fail(config_origin, "(top level)", "expected an object");
+  const json smap = special_map_text.empty() ? json::object() : parse_named(special_map_text, "special_tokens_map.json");
+  // The special tokens CLIPTokenizer would be given: special_tokens_map.json over
+  // tokenizer_config.json over its defaults.
+  auto special_value = [&](const char* key, const char* dflt) -> json {
+    if (smap.is_object() && smap.contains(key)) return smap.at(key);
+    if (cfg.contains(key)) return cfg.at(key);
+    return json(dflt);
+  };
+  std::map<std::string, json> specials;  // bos, eos, unk (null: none)
+  for (const auto& [key, dflt] : std::vector<std::pair<const char*, const char*>>{
+           {"bos_token", "<|startoftext|>"}, {"eos_token", "<|endoftext|>"}, {"unk_token", "<|endoftext|>"},
+           {"pad_token", "<|endoftext|>"}}) {
+    const json v = special_value(key, dflt);
+    specials[key] = v.is_null() ? json(nullptr) : special_entry(v, config_origin, key);
+  }
+
+  // added_tokens: tokenizer_config.json's added_tokens_decoder when present (what transformers
+  // re-adds to the converted tokenizer), else the special tokens above; each keeps its
+  // vocab.json id, a token not in vocab.json takes the next free id.
+  json added = json::array();
+  std::map<std::string, int64_t> added_ids;
+  if (cfg.contains("added_tokens_decoder") && cfg.at("added_tokens_decoder").is_object()) {
+    std::map<int64_t, json> by_id;
+    for (auto it = cfg.at("added_tokens_decoder").begin(); it != cfg.at("added_tokens_decoder").end(); ++it) {
+      const std::string field = "added_tokens_decoder[\"" + it.key() + "\"]";
+      int64_t id = -1;
+      try {
+        std::size_t used = 0;
+        id = std::stoll(it.key(), &used);
+        if (used != it.key().size()) id = -1;
+      } catch (const std::exception&) {
+        id = -1;
+      }
+      if (id < 0 || id > INT32_MAX) fail(config_origin, field, "expected a token id as the key");
+      json e = special_entry(it.value(), config_origin, field);
+      e["special"] = it.value().contains("special") && it.value().at("special").is_boolean() ? it.value().at("special").get<bool>() : true;
+      by_id[id] = e;
+    }
+    for (auto& [id, e] : by_id) {
+      e["id"] = id;
+      added_ids[e.at("content").get<std::string>()] = id;
+      added.push_back(e);
+    }
+  } else {
+    for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token"}) {
+      json e = specials.at(key);
+      if (e.is_null()) continue;
+      const std::string content = e.at("content").get<std::string>();
+      if (added_ids.count(content)) continue;
+      const int64_t id = vocab.contains(content) ? vocab.at(content).get<int64_t>() : ++max_id;
+      e["id"] = id;
+      added_ids[content] = id;
+      added.push_back(e);
+    }
+    std::stable_sort(added.begin(), added.end(), [](const json& x, const json& y) { return x.at("id") < y.at("id"); });
+  }
+  auto token_and_id = [&](const char* key) -> json {
+    const json& e = specials.at(key);
+    if (e.is_null()) fail(config_origin, key, "CLIP's post-processor needs it, got null");
+    const std::string content = e.at("content").get<std::string>();
+    if (auto it = added_ids.find(content); it != added_ids.end()) return json::array({content, it->second});
+    if (vocab.contains(content)) return json::array({content, vocab.at(content)});
+    fail(config_origin, key, "token \"" + utf8_escape_for_message(content) + "\" is not in " + vocab_origin);
+  };
+  json unk = specials.at("unk_token").is_null() ? json(nullptr) : specials.at("unk_token").at("content");
+
+  json j;
+  j["version"] = "1.0";
+  j["truncation"] = nullptr;
+  j["padding"] = nullptr;
+  j["added_tokens"] = std::move(added);
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers",
+                      {{{"type", "NFC"}},
+                       {{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", " "}},
+                       {{"type", "Lowercase"}}}}};
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern", {{"Regex", "'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|[^\\s\\p{L}\\p{N}]+"}}},
+         {"behavior", "Removed"},
+         {"invert", true}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}}}};
+  j["post_processor"] = {{"type", "RobertaProcessing"},
+                         {"sep", token_and_id("eos_token")},
+                         {"cls", token_and_id("bos_token")},
+                         {"trim_offsets", false},
+                         {"add_prefix_space", false}};
+  j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  j["model"] = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", unk},
+                {"continuing_subword_prefix", ""},
+                {"end_of_word_suffix", "</w>"},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", false},
+                {"vocab", std::move(vocab)},
+                {"merges", std::move(merges)}};
+  return j;
+}
+
+// Which converter a folder's vocab.json + merges.txt need: only CLIPTokenizer's is supported.
+// Returns whether tokenizer_config.json names it (else the vocabulary must look like CLIP's).
+bool config_says_clip(std::string_view config_text, const std::string& folder) {
+  if (config_text.empty()) return false;
+  json cfg;
+  try {
+    cfg = json::parse(config_text.begin(), config_text.end());
+  } catch (const json::parse_error&) {
+    return false;  // reported with the file's name when the tokenizer is built
+  }
+  if (!cfg.is_object() || !cfg.contains("tokenizer_class") || !cfg.at("tokenizer_class").is_string()) return false;
+  const std::string cls = cfg.at("tokenizer_class").get<std::string>();
+  if (cls != "CLIPTokenizer" && cls != "CLIPTokenizerFast") {
+    throw std::invalid_argument(folder + "/tokenizer_config.json: tokenizer_class \"" + cls +
+                                "\" with vocab.json + merges.txt and no tokenizer.json is not supported (supported: "
+                                "CLIPTokenizer, CLIPTokenizerFast; or a folder with tokenizer.json)");
+  }
+  return true;
+}
+
+}  // namespace
+
+}  // namespace detail
+
+using detail::BpeModel;
+using detail::BpeState;
+
+BpeTokenizer BpeTokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json,
+                                     const std::string& origin) {
+  const nlohmann::json j = detail::parse_named(tokenizer_json, origin);
+  return BpeTokenizer(detail::build_model(j, config_json, origin, false));
+}
+
+std::string BpeTokenizer::clip_tokenizer_json(std::string_view vocab_json, std::string_view merges_txt,
+                                              std::string_view config_json, std::string_view special_tokens_map_json,
+                                              const std::string& vocab_origin, const std::string& merges_origin) {
+  return detail::clip_converted(vocab_json, merges_txt, config_json, special_tokens_map_json, vocab_origin, merges_origin,
+                                "tokenizer_config.json", true)
+      .dump();
+}
+
+BpeTokenizer BpeTokenizer::from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt) {
+  const std::size_t slash = vocab_json.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? std::string(".") : vocab_json.substr(0, slash);
+  const std::string config = detail::slurp(dir + "/tokenizer_config.json", false);
+  const std::string smap = detail::slurp(dir + "/special_tokens_map.json", false);
+  const bool class_known = detail::config_says_clip(config, dir);
+  const std::string vocab_text = detail::slurp(vocab_json, true);
+  const std::string merges_text = detail::slurp(merges_txt, true);
+  const nlohmann::json j = detail::clip_converted(vocab_text, merges_text, config, smap, vocab_json, merges_txt,
+                                                  dir + "/tokenizer_config.json", class_known);
+  const std::string origin = vocab_json + " + " + merges_txt + " (as transformers' CLIPConverter)";
+  return BpeTokenizer(detail::build_model(j, config, origin, true));
 }
 
 BpeTokenizer BpeTokenizer::from_file(const std::string& path) {
-  auto slurp = [](const std::string& p, bool required) -> std::string {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) {
-      if (required) throw std::runtime_error(p + ": cannot open tokenizer file");
-      return {};
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const std::string dir = path.size() > 1 && path.back() == '/' ? path.substr(0, path.size() - 1) : path;
+    if (fs::exists(dir + "/tokenizer.json", ec)) return from_file(dir + "/tokenizer.json");
+    if (fs::exists(dir + "/vocab.json", ec) && fs::exists(dir + "/merges.txt", ec)) {
+      return from_vocab_merges(dir + "/vocab.json", dir + "/merges.txt");
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  const std::string text = slurp(path, true);
+    throw std::runtime_error(dir + ": no tokenizer.json, and no vocab.json + merges.txt (CLIPTokenizer) in this folder");
+  }
+  const std::string text = detail::slurp(path, true);
   const std::size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? std::string(".") : path.substr(0, slash);
-  const std::string config = slurp(dir + "/tokenizer_config.json", false);
+  const std::string config = detail::slurp(dir + "/tokenizer_config.json", false);
   return from_json(text, config, path);
 }
 
@@ -547,14 +895,22 @@ std::string BpeTokenizer::decode_bytes(const int32_t* ids, std::size_t n, bool s
     }
     first = false;
   }
+  if (m.clip_decode) detail::replace_all(out, m.end_of_word_suffix, " ");
   return out;
 }
 
 std::string BpeTokenizer::decode(const int32_t* ids, std::size_t n, bool skip_special_tokens) const {
   std::string raw = decode_bytes(ids, n, skip_special_tokens);
-  if (utf8_is_valid(raw)) return raw;
   std::string out;
-  utf8_append_replacing_invalid(raw, out);
+  if (utf8_is_valid(raw)) {
+    out = std::move(raw);
+  } else {
+    utf8_append_replacing_invalid(raw, out);
+  }
+  if (model_->clip_decode) {
+    detail::python_strip(out);
+    if (model_->cleanup_spaces) detail::clean_up_tokenization(out);
+  }
   return out;
 }
 

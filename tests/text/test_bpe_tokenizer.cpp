@@ -4,10 +4,15 @@
 // (add_prefix_space, built-in regex), a Llama-3 style Split + ignore_merges + pair-form merges +
 // TemplateProcessing, byte fallback with fused unk, and added-token lstrip/rstrip/single_word/
 // normalized flags. Plus round trips, invalid UTF-8, errors naming the field, an independent
-// reference BPE for long words (both merge strategies) and per-thread copies.
+// reference BPE for long words (both merge strategies) and per-thread copies. CLIP: a tiny
+// CLIP-format folder (vocab.json + merges.txt + tokenizer_config.json, tests/text/data/clip_tiny)
+// read as transformers' CLIPConverter reads it; normalizer / pre-tokenizer / post-processor
+// variants (Replace, Lowercase, Split invert, RobertaProcessing) of the GPT-2-style file.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -256,7 +261,9 @@ TEST(BpeTokenizer, UnsupportedOptionsNameTheField) {
   expect_rejected([](auto& j) { j["model"]["dropout"] = 0.1; }, "model.dropout", "0.1");
   expect_rejected([](auto& j) { j["model"]["merges"][0] = "a b c"; }, "model.merges[0]", "a b c");
   expect_rejected([](auto& j) { j["model"]["merges"][1] = "a zz"; }, "model.merges[1]", "zz");
-  expect_rejected([](auto& j) { j["normalizer"] = {{"type", "Lowercase"}}; }, "normalizer.type", "Lowercase");
+  expect_rejected([](auto& j) { j["normalizer"] = {{"type", "BertNormalizer"}}; }, "normalizer.type", "BertNormalizer");
+  expect_rejected([](auto& j) { j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", "x*"}}}, {"content", "-"}}; },
+                  "normalizer.pattern.Regex", "empty string");
   expect_rejected([](auto& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }, "pre_tokenizer.type", "Metaspace");
   expect_rejected(
       [](auto& j) {
@@ -272,7 +279,9 @@ TEST(BpeTokenizer, UnsupportedOptionsNameTheField) {
       },
       "pre_tokenizer.pattern.Regex", "\\w");
   expect_rejected([](auto& j) { j["decoder"] = {{"type", "Metaspace"}}; }, "decoder.type", "Metaspace");
-  expect_rejected([](auto& j) { j["post_processor"] = {{"type", "RobertaProcessing"}}; }, "post_processor.type", "RobertaProcessing");
+  expect_rejected([](auto& j) { j["post_processor"] = {{"type", "BertProcessing"}}; }, "post_processor.type", "BertProcessing");
+  expect_rejected([](auto& j) { j["post_processor"] = {{"type", "RobertaProcessing"}, {"sep", {"</s>", 99999}}, {"cls", {"<s>", 0}}}; },
+                  "post_processor.sep", "99999");
   expect_rejected([](auto& j) { j["truncation"] = {{"max_length", 8}}; }, "truncation", "max_length");
   expect_rejected([](auto& j) { j["model"]["some_new_option"] = true; }, "model.some_new_option", "true");
   expect_rejected([](auto& j) { j["added_tokens"][1]["id"] = 500; }, "added_tokens[1].id", "269");
@@ -285,6 +294,267 @@ TEST(BpeTokenizer, UncoverableCharacterThrowsInsteadOfDropping) {
   BpeTokenizer tok = BpeTokenizer::from_json(j.dump(), {}, "no_unk.json");
   EXPECT_EQ(tok.encode("ab"), (std::vector<int32_t>{3}));
   EXPECT_THROW(tok.encode("a\xE2\x82\xAC"), std::runtime_error);
+}
+
+// ---- CLIP (tests/text/data/clip_tiny: a 49-token CLIP-format vocab.json + merges.txt +
+// tokenizer_config.json as FLUX.1 ships them, added tokens <|startoftext|> (normalized) and
+// <|endoftext|> (not normalized); goldens from Hugging Face tokenizers (Rust) on the tokenizer.json
+// transformers' CLIPConverter builds, decode as CLIPTokenizerFast: make_goldens.mjs).
+
+struct ClipCase {
+  const char* text;
+  std::vector<int32_t> ids, with_special;
+  const char* decoded;  // decode(with_special)
+};
+
+const std::vector<ClipCase>& clip_cases() {
+  static const std::vector<ClipCase> cases = {
+    // lower-casing, "</w>" merges, unknown "f" -> unk (<|endoftext|>, not fused)
+    {"A Photo of THE cat", {17,41,4,48,35,37}, {47,17,41,4,48,35,37,48}, "<|startoftext|>a photo o<|endoftext|>the cat <|endoftext|>"},
+    // whitespace collapsed and removed by the inverted split
+    {"  the\t\n CAT  ", {35,37}, {47,35,37,48}, "<|startoftext|>the cat <|endoftext|>"},
+    {"cat's CAT'S", {37,42,37,42}, {47,37,42,37,42,48}, "<|startoftext|>cat's cat's <|endoftext|>"},
+    {"the,cat!!", {35,26,37,10,27}, {47,35,26,37,10,27,48}, "<|startoftext|>the, cat!! <|endoftext|>"},
+    // per-character lower-casing: no final sigma (σ, not ς, at the end of "σσ")
+    {"\xCE\xA3\xCE\xA3 \xCF\x83\xCF\x82", {43,44,43,45}, {47,43,44,43,45,48}, "<|startoftext|>\xCF\x83\xCF\x83 \xCF\x83\xCF\x82 <|endoftext|>"},
+    {"\xC4\xB0", {28,15,33}, {47,28,15,33,48}, "<|startoftext|>i \xCC\x87 <|endoftext|>"},  // İ -> i + U+0307
+    {"zzz", {48,48,48}, {47,48,48,48,48}, "<|startoftext|><|endoftext|><|endoftext|><|endoftext|><|endoftext|>"},
+    {"cat z", {37,48}, {47,37,48,48}, "<|startoftext|>cat <|endoftext|><|endoftext|>"},
+    // <|startoftext|> matches after lower-casing, <|endoftext|> only verbatim
+    {"<|STARTOFTEXT|>the<|endoftext|>", {47,35,48}, {47,47,35,48,48}, "<|startoftext|><|startoftext|>the <|endoftext|><|endoftext|>"},
+    {"<|ENDOFTEXT|>", {48,48,2,48,48,4,48,7,2,48,24,48,48}, {47,48,48,2,48,48,4,48,7,2,48,24,48,48,48},
+     "<|startoftext|><|endoftext|><|endoftext|>e<|endoftext|><|endoftext|>o<|endoftext|>te<|endoftext|>t <|endoftext|><|endoftext|><|endoftext|>"},
+    {"", {}, {47,48}, "<|startoftext|><|endoftext|>"},
+    {"photo, the cat's.", {41,26,35,37,42,48}, {47,41,26,35,37,42,48,48}, "<|startoftext|>photo, the cat's <|endoftext|><|endoftext|>"},
+  };
+  return cases;
+}
+
+void expect_clip_cases(BpeTokenizer& tok, const std::string& how) {
+  for (const ClipCase& c : clip_cases()) {
+    EXPECT_EQ(tok.encode(c.text), c.ids) << how << " \"" << c.text << "\"";
+    EXPECT_EQ(tok.encode(c.text, true), c.with_special) << how << " \"" << c.text << "\"";
+    EXPECT_EQ(tok.decode(c.with_special), c.decoded) << how << " \"" << c.text << "\"";
+  }
+}
+
+TEST(BpeTokenizer, ClipReleasedFilesMatchHuggingFace) {
+  BpeTokenizer from_folder = BpeTokenizer::from_file(text_data("clip_tiny"));  // no tokenizer.json there
+  expect_clip_cases(from_folder, "from_file(folder)");
+  BpeTokenizer direct = BpeTokenizer::from_vocab_merges(text_data("clip_tiny/vocab.json"), text_data("clip_tiny/merges.txt"));
+  expect_clip_cases(direct, "from_vocab_merges");
+  EXPECT_EQ(direct.vocab_size(), 49);
+  EXPECT_EQ(direct.bos_id(), 47);
+  EXPECT_EQ(direct.eos_id(), 48);
+  EXPECT_EQ(direct.pad_id(), 48);
+  EXPECT_TRUE(direct.is_special(47));
+  EXPECT_EQ(direct.id_to_token(37), "cat</w>");
+  ASSERT_EQ(direct.added_tokens().size(), 2u);
+  // The decoder itself (decode_bytes) turns "</w>" into spaces; decode() also strips the ends and
+  // cleans up " ," / " 's" / " ." as transformers does with clean_up_tokenization_spaces.
+  const std::vector<int32_t> ids = {41, 26, 35, 37, 42};  // photo</w> ,</w> the</w> cat</w> 's</w>
+  EXPECT_EQ(direct.decode_bytes(ids.data(), ids.size()), "photo , the cat 's ");
+  EXPECT_EQ(direct.decode(ids), "photo, the cat's");
+  EXPECT_EQ(direct.decode({47, 35, 48}, true), "the");
+}
+
+TEST(BpeTokenizer, ClipTokenizerJsonIsWhatCLIPConverterBuilds) {
+  const std::string text = BpeTokenizer::clip_tokenizer_json(slurp(text_data("clip_tiny/vocab.json")),
+                                                             slurp(text_data("clip_tiny/merges.txt")),
+                                                             slurp(text_data("clip_tiny/tokenizer_config.json")));
+  const auto j = nlohmann::json::parse(text);
+  const auto expected = nlohmann::json::parse(R"({
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"},
+      {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "}, {"type": "Lowercase"}]},
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "'s|'t|'re|'ve|'m|'ll|'d|[\\p{L}]+|[\\p{N}]|[^\\s\\p{L}\\p{N}]+"},
+       "behavior": "Removed", "invert": true},
+      {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}]},
+    "post_processor": {"type": "RobertaProcessing", "sep": ["<|endoftext|>", 48], "cls": ["<|startoftext|>", 47],
+      "trim_offsets": false, "add_prefix_space": false},
+    "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+    "added_tokens": [
+      {"id": 47, "content": "<|startoftext|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": true, "special": true},
+      {"id": 48, "content": "<|endoftext|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}]
+  })");
+  for (const auto& [key, value] : expected.items()) EXPECT_EQ(j.at(key), value) << key;
+  EXPECT_EQ(j["model"]["end_of_word_suffix"], "</w>");
+  EXPECT_EQ(j["model"]["continuing_subword_prefix"], "");
+  EXPECT_EQ(j["model"]["unk_token"], "<|endoftext|>");
+  EXPECT_EQ(j["model"]["fuse_unk"], false);
+  EXPECT_EQ(j["model"]["vocab"].size(), 49u);
+  // 14 lines, one repeating the merged token of another ("c at</w>" = "ca t</w>"): all kept, in order.
+  ASSERT_EQ(j["model"]["merges"].size(), 14u);
+  EXPECT_EQ(j["model"]["merges"][0], nlohmann::json::array({"t", "h"}));
+  EXPECT_EQ(j["model"]["merges"][13], nlohmann::json::array({"c", "at</w>"}));
+  // Read back as a tokenizer.json (with tokenizer_config.json): the same tokenizer.
+  BpeTokenizer via_json = BpeTokenizer::from_json(text, slurp(text_data("clip_tiny/tokenizer_config.json")), "clip.json");
+  expect_clip_cases(via_json, "from_json(clip_tokenizer_json)");
+  // Without tokenizer_config.json: CLIPTokenizer's defaults, both added tokens normalized.
+  const auto bare = nlohmann::json::parse(BpeTokenizer::clip_tokenizer_json(slurp(text_data("clip_tiny/vocab.json")),
+                                                                            slurp(text_data("clip_tiny/merges.txt"))));
+  ASSERT_EQ(bare["added_tokens"].size(), 2u);
+  EXPECT_EQ(bare["added_tokens"][1]["content"], "<|endoftext|>");
+  EXPECT_EQ(bare["added_tokens"][1]["normalized"], true);
+}
+
+// A fresh folder under the system's temporary directory, removed at the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string templ = (std::filesystem::temp_directory_path() / "zs_bpe_test_XXXXXX").string();
+    if (!mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
+    path = templ;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  void write(const std::string& name, const std::string& content) const {
+    std::ofstream(path / name, std::ios::binary) << content;
+  }
+  std::string str() const { return path.string(); }
+};
+
+TEST(BpeTokenizer, ClipMergesAreReadAsCLIPTokenizerReadsThem) {
+  const std::string vocab = slurp(text_data("clip_tiny/vocab.json"));
+  const std::string merges = slurp(text_data("clip_tiny/merges.txt"));
+  const std::vector<int32_t> the_cat = {35, 37};
+  {
+    // CRLF line ends, blank lines around the text (Python's strip), no tokenizer_config.json.
+    TempDir d;
+    std::string crlf = "\n\n";
+    for (const char c : merges) crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+    d.write("vocab.json", vocab);
+    d.write("merges.txt", crlf + "\r\n\r\n");
+    BpeTokenizer tok = BpeTokenizer::from_file(d.str());
+    EXPECT_EQ(tok.encode("The cat", true), (std::vector<int32_t>{47, 35, 37, 48}));
+  }
+  {
+    // Only the first 49152 - 256 - 2 merges after the header count: "th e</w>" past them is dropped.
+    TempDir d;
+    std::string many = "#version: 0.2\n";
+    for (int i = 0; i < 49152 - 256 - 2; ++i) many += "t h\n";
+    d.write("vocab.json", vocab);
+    d.write("merges.txt", many + "th e</w>\n");
+    BpeTokenizer tok = BpeTokenizer::from_file(d.str());
+    EXPECT_EQ(tok.encode("the"), (std::vector<int32_t>{34, 19}));  // "th", "e</w>"
+    d.write("merges.txt", many.substr(0, many.size() - 4) + "th e</w>\n");
+    EXPECT_EQ(BpeTokenizer::from_file(d.str()).encode("the"), (std::vector<int32_t>{35}));  // "the</w>"
+  }
+}
+
+void expect_folder_rejected(const std::map<std::string, std::string>& files, const std::vector<std::string>& needles) {
+  TempDir d;
+  for (const auto& [name, content] : files) d.write(name, content);
+  try {
+    BpeTokenizer::from_file(d.str());
+    ADD_FAILURE() << "expected a rejection mentioning " << needles[0];
+  } catch (const std::exception& e) {
+    for (const std::string& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+  }
+}
+
+TEST(BpeTokenizer, ClipFolderErrorsNameTheFile) {
+  const std::string vocab = slurp(text_data("clip_tiny/vocab.json"));
+  const std::string config = slurp(text_data("clip_tiny/tokenizer_config.json"));
+  expect_folder_rejected({{"vocab.json", vocab}, {"merges.txt", "#version: 0.2\nt h\nc a x\n"}},
+                         {"merges.txt:3", "two tokens", "c a x"});
+  expect_folder_rejected({{"vocab.json", vocab}, {"merges.txt", "#version: 0.2\nq h\n"}}, {"merges.txt:2", "\"q\"", "vocab.json"});
+  expect_folder_rejected({{"vocab.json", vocab}, {"merges.txt", "#version: 0.2\nt h\nh t\n"}},
+                         {"merges.txt:3", "merged token \"ht\""});
+  expect_folder_rejected({{"vocab.json", "{\"a\": 0,"}, {"merges.txt", "#version: 0.2\n"}}, {"vocab.json", "not valid JSON"});
+  expect_folder_rejected({{"vocab.json", "{\"a\": \"x\"}"}, {"merges.txt", "#version: 0.2\n"}, {"tokenizer_config.json", config}},
+                         {"vocab.json", "\"a\"", "expected an id"});
+  expect_folder_rejected({{"vocab.json", "{\"a\": 0}"}, {"merges.txt", "#version: 0.2\n"}}, {"vocab.json", "<|startoftext|>"});
+  expect_folder_rejected({{"vocab.json", vocab}, {"merges.txt", "#version: 0.2\n"}, {"tokenizer_config.json", "{\"tokenizer_class\": \"GPT2Tokenizer\"}"}},
+                         {"tokenizer_config.json", "GPT2Tokenizer"});
+  expect_folder_rejected({{"vocab.json", vocab}}, {"no tokenizer.json", "merges.txt"});
+  EXPECT_THROW(BpeTokenizer::from_vocab_merges(text_data("clip_tiny/vocab.json"), text_data("clip_tiny/missing.txt")),
+               std::runtime_error);
+}
+
+// Normalizers in any order, Replace, Lowercase, Split with invert and RobertaProcessing on the
+// GPT-2-style tokenizer (full byte alphabet, so the ids spell the normalized bytes); goldens from
+// Hugging Face tokenizers (make_goldens.mjs GPT2_VARIANTS).
+TEST(BpeTokenizer, NormalizerAndPreTokenizerVariantsMatchHuggingFace) {
+  using nlohmann::json;
+  const std::map<std::string, json> variants = {
+      {"replace_then_lower", {{"normalizer", json::parse(R"({"type": "Sequence", "normalizers": [{"type": "Replace",
+          "pattern": {"String": "ab"}, "content": "B"}, {"type": "Lowercase"}, {"type": "NFC"}]})")}}},
+      {"lower_then_replace", {{"normalizer", json::parse(R"({"type": "Sequence", "normalizers": [{"type": "Lowercase"},
+          {"type": "Replace", "pattern": {"String": "ab"}, "content": "B"}]})")}}},
+      {"collapse_ws", {{"normalizer", json::parse(R"({"type": "Sequence", "normalizers": [{"type": "Replace",
+          "pattern": {"Regex": "\\s+"}, "content": " "}, {"type": "Lowercase"}]})")}}},
+      {"split_invert_isolated", {{"pre_tokenizer", json::parse(R"({"type": "Sequence", "pretokenizers": [{"type": "Split",
+          "pattern": {"Regex": "[a-c]+"}, "behavior": "Isolated", "invert": true}, {"type": "ByteLevel",
+          "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]})")}}},
+      {"split_invert_removed", {{"pre_tokenizer", json::parse(R"({"type": "Sequence", "pretokenizers": [{"type": "Split",
+          "pattern": {"String": "b"}, "behavior": "Removed", "invert": true}, {"type": "ByteLevel",
+          "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]})")}}},
+      {"roberta", {{"post_processor", json::parse(R"({"type": "RobertaProcessing", "sep": ["<mask>", 272],
+          "cls": ["<s>", 268], "trim_offsets": true, "add_prefix_space": true})")}}},
+  };
+  const std::vector<std::string> texts = {"AB ab Ab", "axxb x", "\xCE\xA3\xCE\x91\xCE\xA3 \xC4\xB0 \xC7\x85 abc",
+                                          "a \t\n\xE3\x80\x80 b\xC2\x85" "c  ", "abcxabcab b"};
+  // variant -> per text: ids, then ids with special tokens
+  const std::map<std::string, std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>>> golden = {
+    {"replace_then_lower", {
+      {{32,256,32,98,32,256}, {268,32,256,32,98,32,256}},
+      {{259,120,120,98,32,120}, {268,259,120,120,98,32,120}},
+      {{32,207,131,206,177,207,131,32,105,204,135,32,199,134,32,257}, {268,32,207,131,206,177,207,131,32,105,204,135,32,199,134,32,257}},
+      {{259,32,9,10,227,128,128,32,98,194,133,99,265}, {268,259,32,9,10,227,128,128,32,98,194,133,99,265}},
+      {{32,257,120,257,98,32,98}, {268,32,257,120,257,98,32,98}}}},
+    {"lower_then_replace", {
+      {{32,66,32,66,32,66}, {268,32,66,32,66,32,66}},
+      {{259,120,120,98,32,120}, {268,259,120,120,98,32,120}},
+      {{32,207,131,206,177,207,131,32,105,204,135,32,199,134,32,66,99}, {268,32,207,131,206,177,207,131,32,105,204,135,32,199,134,32,66,99}},
+      {{259,32,9,10,227,128,128,32,98,194,133,99,265}, {268,259,32,9,10,227,128,128,32,98,194,133,99,265}},
+      {{32,66,99,120,66,99,66,32,98}, {268,32,66,99,120,66,99,66,32,98}}}},
+    {"collapse_ws", {
+      {{32,256,32,256,32,256}, {268,32,256,32,256,32,256}},
+      {{259,120,120,98,32,120}, {268,259,120,120,98,32,120}},
+      {{32,207,131,206,177,207,131,32,105,204,135,32,199,134,32,258}, {268,32,207,131,206,177,207,131,32,105,204,135,32,199,134,32,258}},
+      {{259,32,98,32,99,32}, {268,259,32,98,32,99,32}},
+      {{32,258,120,258,256,32,98}, {268,32,258,120,258,256,32,98}}}},
+    {"split_invert_isolated", {
+      {{65,66,32,256,32,65,98}, {268,65,66,32,256,32,65,98}},
+      {{97,120,120,98,32,120}, {268,97,120,120,98,32,120}},
+      {{206,163,206,145,206,163,32,196,176,32,199,133,32,258}, {268,206,163,206,145,206,163,32,196,176,32,199,133,32,258}},
+      {{97,32,9,10,227,128,128,32,98,194,133,99,265}, {268,97,32,9,10,227,128,128,32,98,194,133,99,265}},
+      {{258,120,258,256,32,98}, {268,258,120,258,256,32,98}}}},
+    {"split_invert_removed", {
+      {{98,98}, {268,98,98}}, {{98}, {268,98}}, {{98}, {268,98}}, {{98}, {268,98}}, {{98,98,98,98}, {268,98,98,98,98}}}},
+    {"roberta", {
+      {{32,65,66,32,256,32,65,98}, {268,32,65,66,32,256,32,65,98,272}},
+      {{259,120,120,98,32,120}, {268,259,120,120,98,32,120,272}},
+      {{32,206,163,206,145,206,163,32,196,176,32,199,133,32,258}, {268,32,206,163,206,145,206,163,32,196,176,32,199,133,32,258,272}},
+      {{259,32,9,10,227,128,128,32,98,194,133,99,265}, {268,259,32,9,10,227,128,128,32,98,194,133,99,265,272}},
+      {{32,258,120,258,256,32,98}, {268,32,258,120,258,256,32,98,272}}}},
+  };
+  const json base = json::parse(slurp(text_data("bpe_gpt2_style.json")));
+  for (const auto& [name, edit] : variants) {
+    json j = base;
+    for (const auto& [key, value] : edit.items()) j[key] = value;
+    BpeTokenizer tok = BpeTokenizer::from_json(j.dump(), {}, name);
+    const auto& g = golden.at(name);
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      EXPECT_EQ(tok.encode(texts[i]), g[i].first) << name << " \"" << texts[i] << "\"";
+      EXPECT_EQ(tok.encode(texts[i], true), g[i].second) << name << " \"" << texts[i] << "\"";
+    }
+  }
+}
+
+// Hugging Face's Lowercase is Rust's char::to_lowercase per character (not str::to_lowercase).
+TEST(BpeTokenizer, LowercaseIsPerCharacterWithoutFinalSigma) {
+  nlohmann::json j = nlohmann::json::parse(slurp(text_data("bpe_gpt2_style.json")));
+  j["normalizer"] = {{"type", "Lowercase"}};
+  BpeTokenizer tok = BpeTokenizer::from_json(j.dump(), {}, "lower.json");
+  // ΟΔΟΣ İ ǅ ẞ Ⅻ 𐐀 -> οδοσ i̇ ǆ ß ⅻ 𐐨
+  EXPECT_EQ(tok.normalized_text("\xCE\x9F\xCE\x94\xCE\x9F\xCE\xA3 \xC4\xB0 \xC7\x85 \xE1\xBA\x9E \xE2\x85\xAB \xF0\x90\x90\x80"),
+            "\xCE\xBF\xCE\xB4\xCE\xBF\xCF\x83 i\xCC\x87 \xC7\x86 \xC3\x9F \xE2\x85\xBB \xF0\x90\x90\xA8");
+  EXPECT_EQ(tok.normalized_text("ALREADY lower? no: MIXED 123"), "already lower? no: mixed 123");
+  EXPECT_EQ(tok.normalized_text("\xE6\x95\xB0\xE6\x8D\xAE ok"), "\xE6\x95\xB0\xE6\x8D\xAE ok");
 }
 
 }  // namespace

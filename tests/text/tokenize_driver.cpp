@@ -1,6 +1,7 @@
 // Tokenizer driver for the parity harness (tokenizer_parity.mjs) and the throughput benchmark.
 //
 //   tokenize_driver --tokenizer DIR_OR_tokenizer.json [--input FILE] [--output FILE]
+//                   (DIR: its tokenizer.json, or CLIP's vocab.json + merges.txt, as BpeTokenizer::from_file)
 //                   [--add-special-tokens] [--roundtrip] [--bench-seconds S]
 //
 // Input: one text per line, either a JSON string or {"bytes": [b0, b1, ...]} for byte strings
@@ -9,6 +10,8 @@
 // U+FFFD substitutions for invalid input and the normalizer applied; == x for valid, already
 // normalized x), reports each failing line on stderr and exits 1; it prints how many texts
 // came back byte-identical.
+// --decoded FILE also writes, per text, decode(ids) (a JSON string per line; invalid UTF-8
+// cannot occur there, decode() replaces it).
 // --bench-seconds S encodes the whole input repeatedly for at least S seconds after one warm-up
 // pass (one thread) and prints one JSON line with MB/s to stderr.
 // --chat: each input line is {"messages": [...], "add_generation_prompt"?: bool,
@@ -86,7 +89,7 @@ int run_chat(BpeTokenizer& tok, std::istream& in, std::ostream& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string tokenizer_path, input, output;
+  std::string tokenizer_path, input, output, decoded_path;
   bool add_special = false, roundtrip = false, chat = false;
   double bench_seconds = 0;
   for (int i = 1; i < argc; ++i) {
@@ -98,6 +101,7 @@ int main(int argc, char** argv) {
     if (a == "--tokenizer") tokenizer_path = next();
     else if (a == "--input") input = next();
     else if (a == "--output") output = next();
+    else if (a == "--decoded") decoded_path = next();
     else if (a == "--add-special-tokens") add_special = true;
     else if (a == "--roundtrip") roundtrip = true;
     else if (a == "--chat") chat = true;
@@ -109,11 +113,8 @@ int main(int argc, char** argv) {
   }
   if (tokenizer_path.empty()) {
     std::cerr << "usage: tokenize_driver --tokenizer PATH [--input FILE] [--output FILE] [--add-special-tokens] "
-                 "[--roundtrip] [--bench-seconds S]\n";
+                 "[--roundtrip] [--decoded FILE] [--bench-seconds S]\n";
     return 2;
-  }
-  if (tokenizer_path.size() < 5 || tokenizer_path.compare(tokenizer_path.size() - 5, 5, ".json") != 0) {
-    tokenizer_path += "/tokenizer.json";
   }
   try {
     const auto t0 = std::chrono::steady_clock::now();
@@ -139,6 +140,8 @@ int main(int argc, char** argv) {
     std::ofstream out_file;
     if (!output.empty()) out_file.open(output, std::ios::binary);
     std::ostream& out = output.empty() ? std::cout : out_file;
+    std::ofstream decoded_file;
+    if (!decoded_path.empty()) decoded_file.open(decoded_path, std::ios::binary);
     int failures = 0;
     std::size_t identical = 0;
     std::vector<int32_t> ids;
@@ -153,6 +156,7 @@ int main(int argc, char** argv) {
       }
       line += "]\n";
       out << line;
+      if (decoded_file.is_open()) decoded_file << nlohmann::json(tok.decode(ids)).dump() << "\n";
       if (roundtrip && !add_special) {
         const std::string expected = tok.normalized_text(texts[t]);
         const std::string back = tok.decode(ids);

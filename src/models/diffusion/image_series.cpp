@@ -95,13 +95,17 @@ void ImagePipelineImpl::init_parameter(uint64_t seed, const std::string& name, a
   } else if (starts_with(name, "vae.")) {
     init_vae(seed ^ 0x7661eull, name.substr(4), param);
   } else {
-    throw std::invalid_argument("no initial value for parameter '" + name +
-                                "' (an image pipeline has dit.*, text_encoder.* and vae.*)");
+    init_extra_tower(seed ^ 0xe7a0ull, name, param);
   }
 }
 
 void ImagePipelineImpl::init_vae(uint64_t seed, const std::string& name, at::Tensor& param) const {
   seeded_init(seed, "vae." + name, param);
+}
+
+void ImagePipelineImpl::init_extra_tower(uint64_t, const std::string& name, at::Tensor&) const {
+  throw std::invalid_argument("no initial value for parameter '" + name +
+                              "' (this image pipeline has dit.*, text_encoder.* and vae.*)");
 }
 
 bool pipeline_unit(const std::string& qualified_name) {
@@ -116,7 +120,17 @@ std::string num(double v) {
   return s.str();
 }
 
-bool is_tower(const std::string& n) { return util::starts_with(n, "vae.") || util::starts_with(n, "text_encoder."); }
+// A frozen tower's parameter: "vae.*", "text_encoder.*" or a further tower's.
+std::function<bool(const std::string&)> tower_names(const ImageSeriesSpec& spec) {
+  std::vector<std::string> prefixes{"vae.", "text_encoder."};
+  for (const auto& t : spec.extra_towers) prefixes.push_back(t.prefix + ".");
+  return [prefixes](const std::string& n) {
+    for (const auto& p : prefixes) {
+      if (util::starts_with(n, p)) return true;
+    }
+    return false;
+  };
+}
 
 // Seeded values (the pipeline's init_parameter), the towers and the DiT from their files when given.
 std::shared_ptr<ParamSource> pipeline_source(const ImageSeriesSpec& spec, const train::TrainConfig& cfg,
@@ -138,6 +152,10 @@ std::shared_ptr<ParamSource> pipeline_source(const ImageSeriesSpec& spec, const 
   if (with_towers) {
     from_file(k.vae_from, "vae.", "vae_from", spec.vae_source);
     from_file(k.text_encoder_from, "text_encoder.", "text_encoder_from", spec.text_encoder_source);
+    for (const auto& t : spec.extra_towers) {
+      const auto it = k.extra_from.find(t.key);
+      if (it != k.extra_from.end() && (!t.built || t.built(cfg))) from_file(it->second, t.prefix + ".", t.key, t.source);
+    }
   }
   if (with_dit) from_file(k.dit_from, "dit.", "dit_from", spec.dit_source);
   return source;
@@ -297,10 +315,12 @@ std::string sample_images(const ImageSeriesSpec& spec, const sample::SampleOptio
   // The towers: the checkpoint's when it trained with them, else the run's tower files.
   const nlohmann::json& saved = ck.config();
   bool towers_in_checkpoint = false;
+  const auto is_tower = tower_names(spec);
   for (const auto& t : ck.tensors()) towers_in_checkpoint = towers_in_checkpoint || is_tower(t.name);
   if (!towers_in_checkpoint && saved.contains(s)) {
     k.vae_from = saved[s].value("vae_from", std::string());
     k.text_encoder_from = saved[s].value("text_encoder_from", std::string());
+    for (const auto& t : spec.extra_towers) k.extra_from[t.key] = saved[s].value(t.key, std::string());
   }
   // The run's train.seed seeded its towers (model_overrides carries the series keys, not it).
   const uint64_t seed = saved.contains("train") && saved["train"].contains("seed")
@@ -382,11 +402,17 @@ Series make_image_series(ImageSeriesSpec spec) {
                       const ImageSeriesSpec::ReleaseMap& map, const std::string& left_out) {
       return ReleasedFolder{prefix, dir, stem, spec.name + "." + key, map ? map(cfg) : nn::NameMap(), false, left_out, {}};
     };
-    return std::vector<ReleasedFolder>{
+    std::vector<ReleasedFolder> out{
         folder("dit.", "transformer", "diffusion_pytorch_model", "dit_from", spec.dit_release_map, ""),
         folder("text_encoder.", spec.text_encoder_folder, "model", "text_encoder_from", spec.text_encoder_release_map,
                spec.text_encoder_left_out),
         folder("vae.", "vae", "diffusion_pytorch_model", "vae_from", spec.vae_release_map, "")};
+    for (const auto& t : spec.extra_towers) {
+      if (t.built && !t.built(cfg)) continue;
+      out.push_back(folder(t.prefix + ".", t.folder, t.stem, t.key, t.release_map, t.left_out));
+      if (t.files) out.back().files = t.files(cfg);
+    }
+    return out;
   };
   s.reference_kinds = spec.reference_kinds;
   s.supports_lora = true;

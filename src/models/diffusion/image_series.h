@@ -45,6 +45,9 @@ struct ImageSeriesKeys {
   // Files: the DiT's released weights (ImageSeriesSpec::dit_source reads them; LoRA adapters stay
   // seeded), the frozen towers (empty: seeded) and the text tower's tokenizer.
   std::string dit_from, vae_from, text_encoder_from, tokenizer;
+  // The files of a series' further towers (ImageSeriesSpec::extra_towers), by their key
+  // ("clip_from" for FLUX.1's CLIP-L); the series registers `<series>.<key>` on its entry.
+  std::map<std::string, std::string> extra_from;
   // Data: a DiffSynth folder (metadata.csv: image, prompt) or a prepared cache.
   std::string dataset, cache;
   int64_t height = 1024, width = 1024;
@@ -116,8 +119,9 @@ class ImagePipelineImpl : public nn::HookableModule {
   // The latent of an image of height x width (e.g. {16, h / 8, w / 8}).
   virtual std::vector<int64_t> latent_shape(int64_t height, int64_t width) const = 0;
   // Seeded initial value of parameter `name`, keyed by (seed, name): LoRA adapters by
-  // nn::lora_init, "dit.*" by seeded_init, "text_encoder.*" by init_text_encoder and "vae.*" by
-  // init_vae (each tower's seed salted: a tower of its own).
+  // nn::lora_init, "dit.*" by seeded_init, "text_encoder.*" by init_text_encoder, "vae.*" by
+  // init_vae and any other name (a further tower's) by init_extra_tower (each tower's seed
+  // salted: a tower of its own).
   void init_parameter(uint64_t seed, const std::string& name, at::Tensor& param) const;
   // The module LoRA adapts (registered as "dit").
   virtual torch::nn::Module& dit_module() = 0;
@@ -133,6 +137,9 @@ class ImagePipelineImpl : public nn::HookableModule {
   virtual void init_text_encoder(uint64_t seed, const std::string& name, at::Tensor& param) const = 0;
   // Default: seeded_init keyed by the full name "vae.<name>".
   virtual void init_vae(uint64_t seed, const std::string& name, at::Tensor& param) const;
+  // A further tower's parameter (ImageSeriesSpec::extra_towers), `name` in full ("clip.*"), seed
+  // salted. Default: no such tower (throws naming the parameter).
+  virtual void init_extra_tower(uint64_t seed, const std::string& name, at::Tensor& param) const;
 };
 
 // The sharding units of a diffusion pipeline (the image series' and wan's): a chosen unit hides
@@ -168,6 +175,20 @@ struct ImageSeriesSpec {
   using ReleaseMap = std::function<nn::NameMap(const train::TrainConfig&)>;
   ReleaseMap dit_release_map, vae_release_map, text_encoder_release_map;
   std::string text_encoder_folder = "text_encoder", text_encoder_left_out;
+  // Further frozen towers beside the text tower and the VAE (FLUX.1's CLIP-L): each is the
+  // pipeline's module `prefix` (without its dot), read from ImageSeriesKeys::extra_from[key]
+  // when set (`<series>.<key>`, through `source`; unset: io::checkpoint_param_source), seeded
+  // by init_extra_tower otherwise, and written by seed-weights to `folder` (stem, release_map,
+  // `files` beside the weights such as config.json).
+  struct ExtraTower {
+    std::string prefix, key, folder, stem = "model", left_out;
+    FileSource source;
+    ReleaseMap release_map;
+    std::function<std::map<std::string, std::string>(const train::TrainConfig&)> files;
+    // Whether a config builds this tower (FLUX.1: not when flux1.pooled_file gives the vectors).
+    std::function<bool(const train::TrainConfig&)> built;
+  };
+  std::vector<ExtraTower> extra_towers;
   // Optional: the training schedule for images of height x width (unset: flow_match_schedule(1000,
   // <series>.shift, training)).
   std::function<FlowMatchSchedule(const train::TrainConfig&, int64_t height, int64_t width)> training_schedule;

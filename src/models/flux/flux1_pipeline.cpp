@@ -24,8 +24,12 @@ Flux1PipelineImpl::Flux1PipelineImpl(const Flux1SeriesConfig& c, bool with_dit, 
   if (with_dit) dit = register_module("dit", Flux1DiT(c.dit_config()));
   if (with_towers) {
     text_encoder = register_module("text_encoder", t5::T5Encoder(c.text_config()));
+    if (c.has_clip_tower()) clip = register_module("clip", ClipTextModel(c.clip));
     vae = register_module("vae", Flux1AutoEncoder(c.vae_config(), /*with_encoder=*/true, /*with_decoder=*/true));
     for (auto& p : text_encoder->parameters()) p.set_requires_grad(false);
+    if (clip) {
+      for (auto& p : clip->parameters()) p.set_requires_grad(false);
+    }
     for (auto& p : vae->parameters()) p.set_requires_grad(false);
   }
 }
@@ -70,9 +74,32 @@ at::Tensor Flux1PipelineImpl::encode_text(const std::string& prompt) {
 }
 
 at::Tensor Flux1PipelineImpl::pooled(const std::string& prompt) {
-  // Read on first use (not in the constructor, which runs under nn::DeferredInit).
-  if (!pooled_) pooled_ = std::make_unique<PooledVectors>(config_.pooled_file, config_.dit.vec_in_dim);
-  return pooled_->get(prompt);
+  // Files read on first use (not in the constructor, which runs under nn::DeferredInit).
+  if (!config_.has_clip_tower()) {
+    if (!pooled_) pooled_ = std::make_unique<PooledVectors>(config_.pooled_file, config_.dit.vec_in_dim);
+    return pooled_->get(prompt);
+  }
+  TORCH_CHECK(clip, "Flux1Pipeline: built without its towers");
+  if (!clip_tokenizer_) {
+    const std::string& path = config_.clip_tokenizer;
+    if (path.empty()) {
+      throw std::invalid_argument("flux1.clip_tokenizer: CLIP's tokenizer (the released tokenizer/ folder: vocab.json + "
+                                  "merges.txt) is required with the towers (or give the vectors in flux1.pooled_file)");
+    }
+    auto tok = std::make_unique<text::BpeTokenizer>(text::BpeTokenizer::from_file(path));
+    if (tok->vocab_size() > config_.clip.vocab_size) {
+      throw std::invalid_argument("flux1.clip_vocab " + std::to_string(config_.clip.vocab_size) +
+                                  " is below the tokenizer's " + std::to_string(tok->vocab_size()) + " ids (" + path + ")");
+    }
+    clip_tokenizer_ = std::move(tok);
+  }
+  torch::NoGradGuard no_grad;
+  const auto t0 = std::chrono::steady_clock::now();
+  // No attention mask: pads follow the end token, whose row (the pooled one) they cannot reach.
+  const at::Tensor ids = flux1_clip_ids(*clip_tokenizer_, prompt, config_.clip.max_position_embeddings);
+  at::Tensor v = clip->forward(ids).pooled[0].to(at::kFloat);
+  towers_seconds += seconds_since(t0);
+  return v;
 }
 
 at::Tensor Flux1PipelineImpl::velocity(const at::Tensor& x, const at::Tensor& ctx, const at::Tensor& pooled_vec,
@@ -156,6 +183,11 @@ at::Tensor Flux1PipelineImpl::compute_sample(const std::vector<std::string>& pro
 // T5's own initialization (t5.h).
 void Flux1PipelineImpl::init_text_encoder(uint64_t seed, const std::string& name, at::Tensor& param) const {
   t5::t5_init(config_.text_config(), seed, name, param);
+}
+
+void Flux1PipelineImpl::init_extra_tower(uint64_t seed, const std::string& name, at::Tensor& param) const {
+  if (!util::starts_with(name, "clip.")) ImagePipelineImpl::init_extra_tower(seed, name, param);
+  clip_text_init(config_.clip, seed, name.substr(5), param);  // transformers' CLIP _init_weights
 }
 
 }  // namespace zeroshard::models::flux

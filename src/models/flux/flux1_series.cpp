@@ -49,16 +49,24 @@ void Flux1SeriesConfig::register_keys(train::ConfigKeys& k) {
               "T5 tokens per prompt, padded to it (max_sequence_length: 512 dev, 256 schnell)");
     k.add_int("flux1.vae_ch", &vae.ch, 32, 1 << 12, "VAE base width (128; levels x1, x2, x4, x4), a multiple of 32");
     k.add_int("flux1.vae_num_res_blocks", &vae.num_res_blocks, 1, 16, "VAE residual blocks per level (2)");
+    k.add_int("flux1.clip_vocab", &clip.vocab_size, 2, 1 << 22, "CLIP-L vocabulary (49408); >= the tokenizer's ids");
+    k.add_int("flux1.clip_hidden", &clip.hidden_size, 2, 1 << 16, "CLIP-L width = flux1.vec_in_dim (768)");
+    k.add_int("flux1.clip_ffn", &clip.intermediate_size, 1, 1 << 20, "CLIP-L MLP width (3072)");
+    k.add_int("flux1.clip_layers", &clip.num_hidden_layers, 1, 1024, "CLIP-L layers (12)");
+    k.add_int("flux1.clip_heads", &clip.num_attention_heads, 1, 1024, "CLIP-L heads (12)");
   }
   io.register_keys(k, "flux1", "the T5 SentencePiece model (tokenizer_2/spiece.model)");
   k.add_float("flux1.train_guidance", &train_guidance, 0.0, 1e3,
               "embedded guidance of training (dev; DiffSynth's FLUX training: 1)");
   k.add_float("flux1.true_cfg_scale", &true_cfg_scale, 0.0, 1e3,
               "sampling: true CFG v_neg + c (v_pos - v_neg) when > 1 (DiffSynth's cfg_scale; 1: off)");
+  k.add_string("flux1.clip_from", &io.extra_from["clip_from"], {},
+               "CLIP-L's released file (text_encoder/model.safetensors, CLIPTextModel names); empty: seeded");
+  k.add_string("flux1.clip_tokenizer", &clip_tokenizer, {},
+               "CLIP's tokenizer: the released tokenizer/ folder (vocab.json + merges.txt) or a tokenizer.json");
   k.add_string("flux1.pooled_file", &pooled_file, {},
-               "safetensors with CLIP-L's pooled vector [768] per prompt, each tensor named by its prompt "
-               "(docs/flux1.md); required with the towers in the loop, by prepare and sampling (not an initial value: "
-               "a run's checkpoint keeps it for sampling, as flux1.tokenizer)");
+               "instead of the CLIP tower: safetensors with CLIP-L's pooled vector [768] per prompt, each tensor named "
+               "by its prompt (docs/flux1.md); read with the towers in the loop, by prepare and sampling");
 }
 
 Flux1Config Flux1SeriesConfig::dit_config() const {
@@ -86,6 +94,14 @@ void Flux1SeriesConfig::validate(const train::TrainConfig& c) const {
   text_config().validate();
   vae_config().kl().validate("flux1.vae_*");
   io.validate("flux1", spatial_factor() * 2, c.needs_data);  // VAE x 2x2 patch
+  if (has_clip_tower()) {
+    clip.validate("flux1.clip_*");
+    if (dit.vec_in_dim != clip.hidden_size) {
+      throw std::invalid_argument("flux1.vec_in_dim (" + std::to_string(dit.vec_in_dim) +
+                                  ") must equal flux1.clip_hidden (" + std::to_string(clip.hidden_size) +
+                                  "): the DiT's vector_in takes CLIP's pooled vector");
+    }
+  }
   if (!io.dit_from.empty() && !c.init_from.empty()) {
     throw std::invalid_argument("flux1.dit_from and model.init_from both give the DiT's initial values (" + io.dit_from +
                                 ", " + c.init_from + "): set one");
@@ -139,12 +155,24 @@ at::Tensor flux1_prompt_ids(const text::SentencePieceTokenizer& tok, const std::
   return ids;
 }
 
-PooledVectors::PooledVectors(const std::string& path, int64_t width) : path_(path), width_(width) {
-  if (path.empty()) {
-    throw std::invalid_argument(
-        "flux1.pooled_file: the CLIP-L pooled vectors (a safetensors file, one [" + std::to_string(width) +
-        "] tensor per prompt named by the prompt; docs/flux1.md) are required with the towers (no CLIP tower here)");
+at::Tensor flux1_clip_ids(text::BpeTokenizer& tok, const std::string& prompt, int64_t max_len) {
+  // CLIPTokenizer(padding="max_length", max_length, truncation=True): the post-processor's two
+  // special tokens stay, the text is cut to max_len - 2 tokens.
+  const std::optional<int32_t> bos = tok.token_to_id("<|startoftext|>"), eos = tok.token_to_id("<|endoftext|>");
+  if (!bos || !eos) {
+    throw std::invalid_argument("flux1.clip_tokenizer: CLIP's tokenizer has no <|startoftext|> / <|endoftext|> token");
   }
+  const int32_t pad = tok.pad_id().value_or(*eos);
+  std::vector<int32_t> ids = tok.encode(prompt);
+  if (static_cast<int64_t>(ids.size()) > max_len - 2) ids.resize(static_cast<size_t>(max_len - 2));
+  at::Tensor out = at::full({1, max_len}, static_cast<int64_t>(pad), at::kLong);
+  out[0][0] = static_cast<int64_t>(*bos);
+  for (size_t i = 0; i < ids.size(); ++i) out[0][static_cast<int64_t>(i) + 1] = static_cast<int64_t>(ids[i]);
+  out[0][static_cast<int64_t>(ids.size()) + 1] = static_cast<int64_t>(*eos);
+  return out;
+}
+
+PooledVectors::PooledVectors(const std::string& path, int64_t width) : path_(path), width_(width) {
   if (!std::filesystem::exists(path)) throw std::invalid_argument("flux1.pooled_file: file '" + path + "' does not exist");
   const io::SafetensorsFile file(path);
   for (const auto& e : file.entries()) {
@@ -203,15 +231,21 @@ std::shared_ptr<ParamSource> flux1_text_encoder_source(const std::string& path) 
   return nn::name_mapped_param_source(path, t5::hf_t5_name_map(/*shared_pos=*/true));
 }
 
+std::shared_ptr<ParamSource> flux1_clip_source(const std::string& path) {
+  tensor_names(path, "flux1.clip_from");
+  nn::NameMap map;
+  map.ignore("text_model.embeddings.position_ids", "a buffer (0 .. 76) older transformers saved, not a weight");
+  return nn::name_mapped_param_source(path, std::move(map));
+}
+
 // --- the series --------------------------------------------------------------------------------
 
 
 Series flux1_series() {
   diffusion::ImageSeriesSpec spec;
   spec.name = "flux1";
-  spec.summary = "FLUX.1 dev / schnell as released (T5 v1.1 text + FLUX.1 VAE towers, CLIP-L pooled vectors from "
-                 "flux1.pooled_file), flow matching as DiffSynth trains FLUX.1, from a DiffSynth image folder or a "
-                 "prepared cache";
+  spec.summary = "FLUX.1 dev / schnell as released (T5 v1.1 text, CLIP-L pooled and FLUX.1 VAE towers), flow "
+                 "matching as DiffSynth trains FLUX.1, from a DiffSynth image folder or a prepared cache";
   spec.cache_format = "zeroshard flux1 cache 1";
   spec.conditioning_text = "FLUX.1 VAE latents + T5 states (text_len rows) + CLIP-L pooled vectors";
   spec.cond_fields = {"context", "pooled"};
@@ -252,6 +286,18 @@ Series flux1_series() {
   spec.training_schedule = [](const train::TrainConfig& cfg, int64_t, int64_t) {
     return flux1_schedule(1000, cfg.series_config<Flux1SeriesConfig>().io.shift, /*training=*/true);
   };
+  // CLIP-L: "clip.*", the released text_encoder/ (CLIPTextModel's names as they are).
+  diffusion::ImageSeriesSpec::ExtraTower clip;
+  clip.prefix = "clip";
+  clip.key = "clip_from";
+  clip.folder = "text_encoder";
+  clip.source = [](const train::TrainConfig&, const std::string& path) { return flux1_clip_source(path); };
+  clip.files = [](const train::TrainConfig& cfg) {
+    return std::map<std::string, std::string>{
+        {"config.json", cfg.series_config<Flux1SeriesConfig>().clip.to_hf_json().dump(2) + "\n"}};
+  };
+  clip.built = [](const train::TrainConfig& cfg) { return cfg.series_config<Flux1SeriesConfig>().has_clip_tower(); };
+  spec.extra_towers.push_back(std::move(clip));
   // The flux family's reference kinds (flux1_dit, flux1_vae_*) are listed by series_list.cpp's
   // reference_kinds() already (models::flux::reference_kinds()), T5's by models::t5.
   return diffusion::make_image_series(std::move(spec));

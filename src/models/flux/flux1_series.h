@@ -29,20 +29,26 @@
 //    with <pad> to max_sequence_length = flux1.text_len (512 for dev, 256 for schnell in
 //    diffusers' examples; DiffSynth trains with 512), encoded WITHOUT an attention mask (FLUX
 //    passes none), and all text_len rows kept (the padding rows are text tokens of the DiT);
-//  - the pooled vector: CLIP-L's pooler_output [768] (text_encoder, the EOS token's final state
-//    of the prompt padded to 77). There is no CLIP tower here: flux1.pooled_file names a
-//    safetensors file with one tensor per prompt, named by the prompt itself, that the user
-//    computes with the released CLIP (docs/flux1.md has the recipe). prepare copies each item's
-//    vector into the cache ("pooled"); a prompt missing from the file is an error naming the
-//    prompt and the file (never zeros);
+//  - the pooled vector: CLIP-L's pooler_output [768] (the released text_encoder, clip_text.h:
+//    the final state at the end token), the prompt tokenized by CLIP's BPE (tokenizer/ vocab.json
+//    + merges.txt: lower-cased, white space collapsed) as CLIPTokenizer(padding="max_length",
+//    max_length=77, truncation=True) gives it: <|startoftext|>, at most 75 tokens,
+//    <|endoftext|>, padded with the pad token (<|endoftext|> in FLUX.1's tokenizer) to 77; run
+//    WITHOUT an attention mask (FluxPipeline, BFL's HFEmbedder, DiffSynth pass none). The tower is
+//    "clip.*" (transformers' names below it: "clip.text_model.*"), read from flux1.clip_from.
+//    Optionally flux1.pooled_file instead: a safetensors file with one tensor per prompt, named by
+//    the prompt itself (docs/flux1.md); a prompt missing from it is an error naming the prompt and
+//    the file (never zeros). prepare writes each item's vector into the cache ("pooled");
 //  - the VAE: flux1_vae.h, latents = 0.3611 * (mean - 0.1159), 8x down, 16 channels.
 #pragma once
 
 #include "models/diffusion/flow_match.h"
 #include "models/diffusion/image_series.h"
+#include "models/flux/clip_text.h"
 #include "models/flux/flux1_dit.h"
 #include "models/flux/flux1_vae.h"
 #include "models/t5/t5.h"
+#include "text/bpe_tokenizer.h"
 #include "text/sentencepiece_tokenizer.h"
 #include "train/config.h"
 #include "zeroshard/param_source.h"
@@ -69,13 +75,16 @@ struct Flux1SeriesConfig : train::SeriesConfigBase<Flux1SeriesConfig> {
   int64_t text_len = 512;            // max_sequence_length
   double train_guidance = 1.0;       // DiffSynth's training embedded_guidance (dev)
   double true_cfg_scale = 1.0;       // DiffSynth's cfg_scale (1: no true CFG)
-  std::string pooled_file;           // safetensors: prompt -> CLIP-L pooled [768]
+  ClipTextConfig clip;               // flux1.clip_* (CLIP ViT-L/14's text model)
+  std::string clip_tokenizer;        // CLIP's tokenizer/ folder (vocab.json + merges.txt) or a tokenizer.json
+  std::string pooled_file;           // safetensors: prompt -> CLIP-L pooled [768] (instead of the CLIP tower)
   diffusion::ImageSeriesKeys io;     // flux1.dit_from, vae_from, text_encoder_from, tokenizer, dataset, ...
 
   Flux1Config dit_config() const;     // context_in_dim = text dim, in/out = 4 z_channels, axes
   t5::T5Config text_config() const;   // shared_pos (T5 v1.1)
   Flux1VaeConfig vae_config() const;
   int64_t spatial_factor() const;     // pixels per latent (8)
+  bool has_clip_tower() const { return pooled_file.empty(); }
 };
 
 // FLUX.1's schedule in DiffSynth (see above): `steps` sigmas from 1 to 0.003/1.002, shifted;
@@ -89,6 +98,9 @@ at::Tensor flux1_image_ids(int64_t batch, int64_t h, int64_t w, at::ScalarType d
 
 // The prompt's T5 ids as FLUX tokenizes it: ids + </s>, truncated / padded to text_len. [1, L] int64.
 at::Tensor flux1_prompt_ids(const text::SentencePieceTokenizer& tok, const std::string& prompt, int64_t text_len);
+
+// The prompt's CLIP ids as FLUX tokenizes it (above): [1, max_len] int64.
+at::Tensor flux1_clip_ids(text::BpeTokenizer& tok, const std::string& prompt, int64_t max_len);
 
 // flux1.pooled_file: the CLIP-L pooled vectors, one tensor per prompt named by the prompt.
 class PooledVectors {
@@ -104,7 +116,8 @@ class PooledVectors {
 };
 
 // The trained root: "dit.*" (BFL names), and with the towers "text_encoder.*" (our T5 names; the
-// released file is read through hf_t5_name_map) and "vae.*" (ae.safetensors names).
+// released file is read through hf_t5_name_map), "clip.*" (CLIPTextModel's names; not built with
+// flux1.pooled_file) and "vae.*" (ae.safetensors names).
 class Flux1PipelineImpl : public diffusion::ImagePipelineImpl {
  public:
   Flux1PipelineImpl(const Flux1SeriesConfig& c, bool with_dit, bool with_towers);
@@ -114,10 +127,12 @@ class Flux1PipelineImpl : public diffusion::ImagePipelineImpl {
 
   Flux1DiT dit{nullptr};
   t5::T5Encoder text_encoder{nullptr};
+  ClipTextModel clip{nullptr};
   Flux1AutoEncoder vae{nullptr};
 
  protected:
   void init_text_encoder(uint64_t seed, const std::string& name, at::Tensor& param) const override;
+  void init_extra_tower(uint64_t seed, const std::string& name, at::Tensor& param) const override;
   at::Tensor compute_loss(const diffusion::ImageBatch& batch) override;
   std::map<std::string, at::Tensor> compute_condition(const at::Tensor& image, const std::string& prompt) override;
   at::Tensor compute_sample(const std::vector<std::string>& prompts, const at::Tensor& noise, int64_t steps) override;
@@ -125,7 +140,7 @@ class Flux1PipelineImpl : public diffusion::ImagePipelineImpl {
  private:
   at::Tensor encode_image(const at::Tensor& image);         // [3, H, W] -> [16, h, w]
   at::Tensor encode_text(const std::string& prompt);        // -> [text_len, text dim]
-  at::Tensor pooled(const std::string& prompt);             // -> [768]
+  at::Tensor pooled(const std::string& prompt);             // -> [768]: the CLIP tower's or the file's
   // The DiT on a batch of one shape: x [B, 16, h, w], ctx [B, L, D], pooled [B, 768], t [B] (in
   // [0, 1]), guidance g -> velocity [B, 16, h, w] float32.
   at::Tensor velocity(const at::Tensor& x, const at::Tensor& ctx, const at::Tensor& pooled_vec, const at::Tensor& t,
@@ -134,6 +149,7 @@ class Flux1PipelineImpl : public diffusion::ImagePipelineImpl {
   Flux1SeriesConfig config_;
   std::unique_ptr<text::SentencePieceTokenizer> tokenizer_;
   std::unique_ptr<PooledVectors> pooled_;
+  std::unique_ptr<text::BpeTokenizer> clip_tokenizer_;
 };
 TORCH_MODULE(Flux1Pipeline);
 
@@ -143,6 +159,9 @@ TORCH_MODULE(Flux1Pipeline);
 std::shared_ptr<ParamSource> flux1_dit_file_source(const std::string& path, const Flux1Config& c);
 // flux1.text_encoder_from: text_encoder_2 in transformers' T5EncoderModel names (hf_t5_name_map).
 std::shared_ptr<ParamSource> flux1_text_encoder_source(const std::string& path);
+// flux1.clip_from: text_encoder (CLIPTextModel's names, our names below "clip."); the position-ids
+// buffer older transformers saved is left unread.
+std::shared_ptr<ParamSource> flux1_clip_source(const std::string& path);
 
 
 Series flux1_series();

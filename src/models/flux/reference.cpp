@@ -1,5 +1,6 @@
 #include "models/flux/reference.h"
 
+#include "models/flux/clip_text.h"
 #include "models/flux/flux1_dit.h"
 #include "models/flux/flux1_vae.h"
 
@@ -64,6 +65,19 @@ reference::ReferenceModel flux1_vae(const reference::ReferenceCase& c, bool enco
   return m;
 }
 
+// CLIPTextModel(input_ids[, attention_mask]): "output" = last_hidden_state, "pooled" = pooler_output.
+reference::ReferenceModel clip_text(const reference::ReferenceCase& c) {
+  auto model = ClipTextModel(ClipTextConfig::from_hf_json(c.config, c.dir + "/config.json"));
+  reference::ReferenceModel m;
+  m.module = model.ptr();
+  m.run = [model](reference::ReferenceCase& rc) mutable {
+    const at::Tensor mask = rc.inputs.count("attention_mask") ? rc.input("attention_mask") : at::Tensor();
+    const ClipTextOutput out = model->forward(call_input(rc, "input_ids"), mask);
+    return std::map<std::string, at::Tensor>{{"output", out.last_hidden_state}, {"pooled", out.pooled}};
+  };
+  return m;
+}
+
 }  // namespace
 
 std::vector<reference::ReferenceKind> reference_kinds() {
@@ -73,6 +87,8 @@ std::vector<reference::ReferenceKind> reference_kinds() {
        [](const reference::ReferenceCase& c) { return flux1_vae(c, true); }},
       {"flux1_vae_decode", "FLUX.1 VAE decode: decoder(z / scale + shift), decoder.* only",
        [](const reference::ReferenceCase& c) { return flux1_vae(c, false); }},
+      {"clip_text_encoder", "CLIP text model as FLUX.1's text_encoder (transformers CLIPTextModel): states + pooled",
+       clip_text},
   };
 }
 

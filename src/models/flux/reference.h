@@ -2,6 +2,8 @@
 //   flux1_dit          Flux1DiT.forward(img, img_ids, txt, txt_ids, timesteps, y[, guidance])
 //   flux1_vae_encode   Flux1AutoEncoder.encode(x), the encoder half only
 //   flux1_vae_decode   Flux1AutoEncoder.decode(z), the decoder half only
+//   clip_text_encoder  CLIPTextModel(input_ids[, attention_mask]) (FLUX.1 text_encoder): "output" =
+//                      last_hidden_state, "pooled" = pooler_output (probe "probe_pooled")
 #pragma once
 
 #include "reference/reference_check.h"

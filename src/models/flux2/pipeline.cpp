@@ -2,6 +2,7 @@
 // as Flux2KleinPipeline samples (series.h states the conventions).
 #include "models/flux2/series.h"
 
+#include "models/flux2/mistral_text.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "text/chat_template.h"
@@ -55,11 +56,11 @@ Flux2PipelineImpl::Flux2PipelineImpl(const Flux2SeriesConfig& c, bool with_dit, 
   if (with_dit) dit = register_module("dit", Flux2DiT(c.dit_config()));
   if (with_towers) {
     if (!c.has_text_tower()) {
-      throw std::invalid_argument("flux2.text_tower none: no text tower to run (FLUX.2 dev's Mistral Small 3.1 is not "
-                                  "in this project); train from a cache a user provides (flux2.cache)");
+      throw std::invalid_argument("flux2.text_tower none: no text tower to run; set flux2.text_tower (qwen3 for klein, "
+                                  "mistral for dev) or train from a cache (flux2.cache)");
     }
-    // The whole released Qwen3 (its file loads as it is); only the layers up to the deepest
-    // stacked index run.
+    // The whole released language model (Qwen3 / Mistral's, its file loads as it is); only the
+    // layers up to the deepest stacked index run.
     text_encoder = register_module("text_encoder", qwen3::QwenForCausalLM(c.text_config(), /*lm_head=*/false));
     vae = register_module("vae", Flux2Vae(c.vae_config(), true, true, /*stats_as_parameters=*/true));
     for (auto& p : text_encoder->parameters()) p.set_requires_grad(false);
@@ -75,7 +76,11 @@ std::vector<int64_t> Flux2PipelineImpl::latent_shape(int64_t height, int64_t wid
 text::BpeTokenizer& Flux2PipelineImpl::tokenizer() {
   if (!tokenizer_) {
     const std::string& path = config_.io.tokenizer;
-    if (path.empty()) throw std::invalid_argument("flux2.tokenizer: the Qwen3 tokenizer.json is required");
+    if (path.empty()) {
+      throw std::invalid_argument(std::string("flux2.tokenizer: the ") +
+                                  (config_.text_tower == "mistral" ? "Mistral Small 3.1" : "Qwen3") +
+                                  " tokenizer.json is required");
+    }
     tokenizer_ = std::make_unique<text::BpeTokenizer>(text::BpeTokenizer::from_file(path));
     if (tokenizer_->vocab_size() > config_.text.vocab_size) {
       throw std::invalid_argument("flux2.text_vocab " + std::to_string(config_.text.vocab_size) +
@@ -100,8 +105,10 @@ at::Tensor Flux2PipelineImpl::encode_text(const std::string& prompt) {
   TORCH_CHECK(text_encoder, "Flux2Pipeline: built without its towers");
   torch::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
-  auto [ids, mask] = prompt_ids(tokenizer(), prompt, config_.text_len);
-  // hidden_states[k] for k in (9, 18, 27), features concatenated in that order.
+  auto [ids, mask] = config_.text_tower == "mistral" ? mistral_prompt_ids(tokenizer(), prompt, config_.text_len)
+                                                     : prompt_ids(tokenizer(), prompt, config_.text_len);
+  // hidden_states[k] for k in flux2.text_out_layers (klein 9, 18, 27; dev 10, 20, 30), features
+  // concatenated in that order.
   const std::vector<at::Tensor> states = text_encoder->hidden_states(qwen3::Inputs(ids, mask), config_.out_layers());
   std::vector<at::Tensor> rows;
   for (const auto& s : states) rows.push_back(s[0].to(at::kFloat));

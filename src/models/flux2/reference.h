@@ -3,6 +3,8 @@
 //                      txt_ids[, guidance])
 //   flux2_vae_encode   Flux2Vae.encode(x): encoder.*, quant_conv.*, bn.running_*
 //   flux2_vae_decode   Flux2Vae.decode(z): decoder.*, post_quant_conv.*, bn.running_*
+//   mistral_text       Mistral's language model (FLUX.2 dev's text tower): the hidden states
+//                      `_call.hidden_states_layers` concatenated per token
 #pragma once
 
 #include "reference/reference_check.h"

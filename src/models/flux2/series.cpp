@@ -2,6 +2,8 @@
 // (series.h states the conventions).
 #include "models/flux2/series.h"
 
+#include "models/flux2/mistral_text.h"
+
 #include "io/torch_pth.h"
 #include "models/flux/kl_vae.h"
 #include "models/flux2/sizes.h"
@@ -69,11 +71,11 @@ void Flux2SeriesConfig::register_keys(train::ConfigKeys& k) {
               "sinusoid channels of the timestep / guidance embedders (256)");
     k.add_bool("flux2.guidance_embeds", &dit.guidance_embeds,
                "a guidance embedder (FLUX.2 dev: true; klein: false)");
-    k.add_string("flux2.text_tower", &text_tower, {"qwen3", "none"},
-                 "qwen3 (klein) or none: conditioning only from a cache a user provides (FLUX.2 dev: Mistral "
-                 "Small 3.1, not in this project)");
+    k.add_string("flux2.text_tower", &text_tower, {"qwen3", "mistral", "none"},
+                 "qwen3 (klein: Qwen3), mistral (dev: Mistral Small 3.1's language model) or none: conditioning "
+                 "only from a cache");
     k.add_int("flux2.context_dim", &context_dim, 0, 1 << 20,
-              "the DiT's joint_attention_dim with text_tower none (dev: 15360); 0 with qwen3 (3 x text_hidden)");
+              "the DiT's joint_attention_dim with text_tower none (dev: 15360); 0 with a tower (3 x text_hidden)");
     k.add_string("flux2.text_out_layers", &text_out_layers, {},
                  "hidden_states indices stacked on the feature axis (9,18,27; index i = output of layer i - 1)");
     k.add_int("flux2.text_vocab", &text.vocab_size, 2, 1 << 22, "Qwen3 vocabulary (151936); >= the tokenizer's ids");
@@ -84,6 +86,8 @@ void Flux2SeriesConfig::register_keys(train::ConfigKeys& k) {
     k.add_int("flux2.text_heads", &text.num_attention_heads, 1, 1024, "Qwen3 query heads (32)");
     k.add_int("flux2.text_kv_heads", &text.num_key_value_heads, 1, 1024, "Qwen3 key/value heads (8)");
     k.add_int("flux2.text_head_dim", &text.head_dim, 2, 4096, "Qwen3 head size (128)");
+    k.add_float("flux2.text_rope_theta", &text.rope_theta, 1.0, 1e12, "text tower RoPE theta (Qwen3: 1e6, Mistral: 1e9)");
+    k.add_float("flux2.text_norm_eps", &text.rms_norm_eps, 1e-12, 1.0, "text tower RMSNorm eps (Qwen3: 1e-6, Mistral: 1e-5)");
     k.add_int("flux2.text_len", &text_len, 1, 1 << 16,
               "prompt tokens: every prompt truncated / padded to it (max_sequence_length 512)");
     k.add_string("flux2.vae_channels", &vae_channels, {},
@@ -93,7 +97,7 @@ void Flux2SeriesConfig::register_keys(train::ConfigKeys& k) {
               "VAE latent channels (32; the DiT sees 4 x this after the patchify)");
     k.add_int("flux2.vae_groups", &vae.kl.groups, 1, 1024, "VAE GroupNorm groups (32)");
   }
-  io.register_keys(k, "flux2", "the Qwen3 tokenizer.json (tokenizer_config.json beside it)");
+  io.register_keys(k, "flux2", "the text tower's tokenizer.json (Qwen3's or Mistral Small 3.1's; tokenizer_config.json beside it)");
   k.add_bool("flux2.dynamic_shift", &dynamic_shift,
              "sampling: mu from the latent's token count and the steps (compute_empirical_mu, as the pipeline); "
              "false: mu = ln(flux2.sample_shift)");
@@ -112,7 +116,15 @@ Flux2VaeConfig Flux2SeriesConfig::vae_config() const {
   return c;
 }
 
-qwen3::QwenConfig Flux2SeriesConfig::text_config() const { return text; }
+qwen3::QwenConfig Flux2SeriesConfig::text_config() const {
+  qwen3::QwenConfig c = text;
+  if (text_tower == "mistral") {  // MistralModel: the Qwen3 block without q/k norm (no biases in either)
+    c.model_type = "mistral";
+    c.qk_norm = false;
+    c.qkv_bias = c.o_bias = false;
+  }
+  return c;
+}
 
 Flux2Config Flux2SeriesConfig::dit_config() const {
   Flux2Config c = dit;
@@ -134,9 +146,10 @@ void Flux2SeriesConfig::validate(const train::TrainConfig& c) const {
   v.kl.validate("flux2.vae_*");
   if (has_text_tower()) {
     if (context_dim != 0 && context_dim != static_cast<int64_t>(out_layers().size()) * text.hidden_size) {
-      throw std::invalid_argument("flux2.context_dim " + std::to_string(context_dim) + " disagrees with the Qwen3 tower (" +
-                                  std::to_string(out_layers().size()) + " x flux2.text_hidden " +
-                                  std::to_string(text.hidden_size) + "); leave it 0 with flux2.text_tower qwen3");
+      throw std::invalid_argument("flux2.context_dim " + std::to_string(context_dim) + " disagrees with the " +
+                                  text_tower + " tower (" + std::to_string(out_layers().size()) +
+                                  " x flux2.text_hidden " + std::to_string(text.hidden_size) +
+                                  "); leave it 0 with a text tower");
     }
     text_config().validate("flux2.text_*");
     for (int64_t i : out_layers()) {
@@ -148,8 +161,8 @@ void Flux2SeriesConfig::validate(const train::TrainConfig& c) const {
   } else {
     if (context_dim < 1) throw std::invalid_argument("flux2.context_dim must be set (> 0) with flux2.text_tower none");
     if (io.cache.empty()) {
-      throw std::invalid_argument("flux2.text_tower none: the conditioning comes only from a cache (flux2.cache) a user "
-                                  "provides; this project has no FLUX.2 dev text tower (Mistral Small 3.1)");
+      throw std::invalid_argument("flux2.text_tower none: the conditioning comes only from a cache (flux2.cache); set "
+                                  "flux2.text_tower (qwen3 for klein, mistral for dev) to run a tower");
     }
   }
   dit_config().validate("flux2");
@@ -197,10 +210,10 @@ Series flux2_series() {
   diffusion::ImageSeriesSpec spec;
   spec.name = "flux2";
   spec.summary =
-      "FLUX.2 DiT as released (klein: Qwen3 hidden states 9/18/27 + FLUX.2 VAE towers; dev: from a cache), flow "
-      "matching as DiffSynth trains it from a DiffSynth image folder or a prepared cache";
+      "FLUX.2 DiT as released (klein: Qwen3 hidden states 9/18/27, dev: Mistral Small 3.1 hidden states 10/20/30; "
+      "FLUX.2 VAE), flow matching as DiffSynth trains it from a DiffSynth image folder or a prepared cache";
   spec.cache_format = "zeroshard flux2 cache 1";
-  spec.conditioning_text = "FLUX.2 VAE latents + Qwen3 hidden_states 9/18/27";
+  spec.conditioning_text = "FLUX.2 VAE latents + the text tower's stacked hidden_states";
   spec.cond_fields = {"context"};
   spec.cache_shape = [](const train::TrainConfig& cfg) {
     const auto& c = cfg.series_config<Flux2SeriesConfig>();
@@ -223,19 +236,26 @@ Series flux2_series() {
   spec.training_schedule = [](const train::TrainConfig& cfg, int64_t, int64_t) {
     return flux2_training_schedule(cfg.series_config<Flux2SeriesConfig>().io.shift);
   };
-  // The released text_encoder/ (Qwen3; its lm_head left unread) and vae/ (diffusers'
-  // AutoencoderKLFlux2 names, the VAE's own; BFL's layout of the autoencoder through the KL map).
-  spec.text_encoder_source = [](const train::TrainConfig&, const std::string& path) {
-    return qwen3::text_tower_source(path);
+  // The released text_encoder/ (Qwen3 or Mistral3; lm_head, Mistral's vision tower and projector
+  // left unread) and vae/ (diffusers' AutoencoderKLFlux2 names, the VAE's own; BFL's layout of the
+  // autoencoder through the KL map).
+  spec.text_encoder_source = [](const train::TrainConfig& cfg, const std::string& path) {
+    return cfg.series_config<Flux2SeriesConfig>().text_tower == "mistral" ? mistral_text_source(path)
+                                                                            : qwen3::text_tower_source(path);
   };
   spec.vae_source = [](const train::TrainConfig& cfg, const std::string& path) {
     nn::NameMap own;
     own.ignore("bn.num_batches_tracked", "BatchNorm's update counter: the running statistics stay frozen");
     return flux::kl_vae_file_source(path, cfg.series_config<Flux2SeriesConfig>().vae_config().kl, own);
   };
-  // seed-weights: every folder in our names (they are the released ones); the text tower's
-  // lm_head is not ours.
-  spec.text_encoder_left_out = "not written: Qwen3's output head (lm_head.weight), which the pipeline does not run";
+  // seed-weights: every folder in our names (they are the released ones) but Mistral's
+  // ("language_model.model.*"); the text tower's lm_head (and Mistral 3's vision tower and
+  // projector) are not ours.
+  spec.text_encoder_release_map = [](const train::TrainConfig& cfg) {
+    return cfg.series_config<Flux2SeriesConfig>().text_tower == "mistral" ? mistral_release_map() : nn::NameMap();
+  };
+  spec.text_encoder_left_out =
+      "not written: what the pipeline does not run (the output head lm_head; Mistral 3's vision tower and projector)";
   // The released transformer files use Flux2DiT's names as they are (no name map).
   // reference_kinds: the flux2 kinds are listed once in series_list.cpp's reference table.
   return diffusion::make_image_series(std::move(spec));

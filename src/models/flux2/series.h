@@ -21,10 +21,10 @@
 //    text_len with the pad token (padding="max_length"; right: the tokenizer's default side). The
 //    encoder runs with the attention mask (pads are masked keys, positions 0 .. text_len - 1), and
 //    ALL text_len rows go to the DiT, pads included (Flux2DiT has no text mask).
-//  - FLUX.2 dev's text tower is Mistral Small 3.1 (hidden_states 10/20/30 of a 5120-wide model =
-//    15360), which this project does not have: dev (configs/flux2/dev.yaml) is a size and memory
-//    plan, trainable only from a conditioning cache a user provides (flux2.text_tower none) in
-//    the cache format below; `prepare` and `sample` refuse it.
+//  - the text tower (dev, flux2.text_tower mistral): Mistral Small 3.1's language model,
+//    hidden_states 10, 20, 30 of a 5120-wide model = 15360 features, its prompt in Mistral's chat
+//    template with FLUX.2's system message, LEFT-padded (mistral_text.h has the details).
+//    flux2.text_tower none: no tower, conditioning only from a cache (the format below).
 //  - flow matching (DiffSynth's set_timesteps_flux2 with training=True): 1000 sigmas
 //    linspace(1, 1/1000, 1000) in float32, exponentially time-shifted with mu 0.8,
 //    sigma' = e^mu / (e^mu + (1 / sigma - 1)) (= the ordinary shift s sigma / (1 + (s - 1) sigma)
@@ -62,9 +62,9 @@ struct Flux2SeriesConfig : train::SeriesConfigBase<Flux2SeriesConfig> {
   void validate(const train::TrainConfig& c) const override;
 
   Flux2Config dit;           // flux2.num_layers, num_single_layers, num_heads, head_dim, mlp_ratio, rope_*
-  qwen3::QwenConfig text;    // flux2.text_* (Qwen3-4B for klein 4B)
+  qwen3::QwenConfig text;    // flux2.text_* (Qwen3-4B for klein 4B; Mistral Small 3.1 for dev)
   Flux2VaeConfig vae;        // flux2.vae_* (AutoencoderKLFlux2)
-  std::string text_tower = "qwen3";  // qwen3 | none (conditioning only from a cache: FLUX.2 dev)
+  std::string text_tower = "qwen3";  // qwen3 (klein) | mistral (dev) | none (conditioning only from a cache)
   std::string text_out_layers = "9,18,27";  // hidden_states indices stacked on the feature axis
   int64_t context_dim = 0;   // the DiT's joint_attention_dim with text_tower none (dev: 15360)
   int64_t text_len = 512;    // max_sequence_length: every prompt padded / cut to it
@@ -75,11 +75,11 @@ struct Flux2SeriesConfig : train::SeriesConfigBase<Flux2SeriesConfig> {
   diffusion::ImageSeriesKeys io;    // flux2.dataset, cache, height, width, shift, guidance_scale, ...
 
   Flux2Config dit_config() const;  // in_channels 4 x latent channels, joint_attention_dim from the tower
-  qwen3::QwenConfig text_config() const;
+  qwen3::QwenConfig text_config() const;  // `text` with the tower's switches (mistral: no q/k norm)
   Flux2VaeConfig vae_config() const;
   std::vector<int64_t> out_layers() const;  // text_out_layers parsed
   int64_t spatial_factor() const;           // pixels per latent token (16 released: VAE 8 x patchify 2)
-  bool has_text_tower() const { return text_tower == "qwen3"; }
+  bool has_text_tower() const { return text_tower != "none"; }
 };
 
 // FLUX.2's schedules (series.h's comment): the training one (1000 steps, exponential shift
@@ -95,7 +95,7 @@ double compute_empirical_mu(int64_t image_seq_len, int64_t num_steps);
 std::pair<at::Tensor, at::Tensor> prompt_ids(text::BpeTokenizer& tok, const std::string& prompt, int64_t text_len);
 
 // The trained root: "dit.*" (Flux2DiT's released names), with the towers "text_encoder.*"
-// (Qwen3, transformers' "model.*" names, no lm_head) and "vae.*" (diffusers AutoencoderKLFlux2
+// (Qwen3 / Mistral, transformers' "model.*" names, no lm_head) and "vae.*" (diffusers AutoencoderKLFlux2
 // names, bn.running_mean / running_var as frozen parameters).
 class Flux2PipelineImpl : public diffusion::ImagePipelineImpl {
  public:

@@ -12,6 +12,9 @@ namespace {
 
 bool is_qwen3_type(const std::string& t) { return t == "qwen3" || t == "qwen3_moe"; }
 bool is_vl_type(const std::string& t) { return t == "qwen2_5_vl" || t == "qwen2_5_vl_text"; }
+// Mistral's language model (MistralModel), alone or inside Mistral3ForConditionalGeneration
+// (FLUX.2 dev's text encoder, Mistral Small 3.x: its text_config).
+bool is_mistral_type(const std::string& t) { return t == "mistral" || t == "mistral3"; }
 
 // Typed access to config.json fields; every error names `where` and the field.
 struct Reader {
@@ -164,15 +167,15 @@ QwenConfig QwenConfig::from_hf_config(const json& source, const std::string& whe
     c.model_type = source["model_type"].get<std::string>();
   }
   const std::string& t = c.model_type;
-  if (!is_qwen3_type(t) && t != "qwen2" && !is_vl_type(t)) {
+  if (!is_qwen3_type(t) && t != "qwen2" && !is_vl_type(t) && !is_mistral_type(t)) {
     throw std::invalid_argument(where + ": field 'model_type' is '" + t +
                                 "'; the qwen3 family builds qwen3, qwen3_moe, qwen2, qwen2_5_vl (its language "
-                                "model) and qwen2_5_vl_text");
+                                "model), qwen2_5_vl_text, mistral and mistral3 (its language model)");
   }
   // Qwen2.5-VL configs written by recent transformers nest the language model's fields in
   // text_config; older ones (the released Qwen-Image text encoder) keep them at the top level.
   json merged = source;
-  if (t == "qwen2_5_vl" && source.contains("text_config") && source["text_config"].is_object()) {
+  if ((t == "qwen2_5_vl" || t == "mistral3") && source.contains("text_config") && source["text_config"].is_object()) {
     for (const auto& [k, v] : source["text_config"].items()) merged[k] = v;
   }
   const std::string text_where = merged.contains("text_config") ? where + " (with text_config)" : where;
@@ -208,6 +211,12 @@ QwenConfig QwenConfig::from_hf_config(const json& source, const std::string& whe
   if (r.boolean("use_sliding_window", false)) {
     r.fail("use_sliding_window", "is true; sliding-window attention is not implemented");
   }
+  // Mistral windows its attention whenever sliding_window is set (MistralConfig's default is
+  // 4096); Mistral Small 3.x sets null.
+  if (is_mistral_type(t) && r.has("sliding_window")) {
+    r.fail("sliding_window", "is " + merged["sliding_window"].dump() +
+                                 "; sliding-window attention is not implemented (Mistral Small 3.x has null)");
+  }
   if (r.has("layer_types")) {
     for (const auto& lt : merged["layer_types"]) {
       if (lt != "full_attention")
@@ -218,6 +227,9 @@ QwenConfig QwenConfig::from_hf_config(const json& source, const std::string& whe
   if (is_qwen3_type(t)) {
     c.qk_norm = true;
     c.qkv_bias = c.o_bias = r.boolean("attention_bias", false);
+  } else if (is_mistral_type(t)) {  // Mistral: no biases, no q/k norm
+    c.qk_norm = false;
+    c.qkv_bias = c.o_bias = false;
   } else {  // Qwen2 / Qwen2.5(-VL): q/k/v biases always, none on o_proj, no q/k norm
     c.qk_norm = false;
     c.qkv_bias = true;
@@ -255,6 +267,8 @@ const char* architecture(const std::string& t) {
   if (t == "qwen3") return "Qwen3ForCausalLM";
   if (t == "qwen3_moe") return "Qwen3MoeForCausalLM";
   if (t == "qwen2") return "Qwen2ForCausalLM";
+  if (t == "mistral") return "MistralForCausalLM";
+  if (t == "mistral3") return "Mistral3ForConditionalGeneration";
   return "Qwen2_5_VLForConditionalGeneration";
 }
 
@@ -289,7 +303,8 @@ json QwenConfig::to_hf_config() const {
     fields["router_aux_loss_coef"] = router_aux_loss_coef;
     fields["output_router_logits"] = output_router_logits;
   }
-  const bool nested = model_type == "qwen2_5_vl" && out.contains("text_config") && out["text_config"].is_object();
+  const bool nested =
+      (model_type == "qwen2_5_vl" || model_type == "mistral3") && out.contains("text_config") && out["text_config"].is_object();
   for (const auto& [k, v] : fields.items()) {
     put(out, k, v);
     if (nested && out["text_config"].contains(k) && k != "model_type") put(out["text_config"], k, v);
@@ -302,7 +317,8 @@ json QwenConfig::to_hf_config() const {
     }
   }
   if (!out.contains("architectures")) out["architectures"] = json::array({architecture(model_type)});
-  if (!out.contains("use_sliding_window")) out["use_sliding_window"] = false;
+  if (!out.contains("use_sliding_window") && !is_mistral_type(model_type)) out["use_sliding_window"] = false;
+  if (is_mistral_type(model_type)) put(nested ? out["text_config"] : out, "sliding_window", nullptr);
   if (!out.contains("attention_dropout")) out["attention_dropout"] = 0.0;
   return out;
 }

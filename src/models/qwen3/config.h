@@ -1,9 +1,12 @@
 // The Qwen decoder family's configuration, read from (and written back to) a Hugging Face
 // config.json: model_type qwen3 (Qwen3ForCausalLM), qwen3_moe (Qwen3MoeForCausalLM), qwen2
 // (Qwen2 / Qwen2.5 LMs) and the language part of qwen2_5_vl (Qwen-Image's text encoder; also the
-// standalone text config model_type qwen2_5_vl_text). One struct covers them: what differs
-// between the types is a handful of switches (per-head q/k norm, projection biases, routed
-// feed-forward), set from model_type the way transformers' classes hard-code them.
+// standalone text config model_type qwen2_5_vl_text), and Mistral's decoder, which is the same
+// block without q/k norm or biases: mistral (MistralModel) and the language part of mistral3
+// (Mistral3ForConditionalGeneration: Mistral Small 3.x, FLUX.2 dev's text encoder). One struct
+// covers them: what differs between the types is a handful of switches (per-head q/k norm,
+// projection biases, routed feed-forward), set from model_type the way transformers' classes
+// hard-code them.
 //
 // Fields the family does not implement fail naming the field (sliding windows, rope scaling
 // types other than default/mrope, activations other than silu, attention dropout); a
@@ -20,7 +23,7 @@
 namespace zeroshard::models::qwen3 {
 
 struct QwenConfig {
-  std::string model_type = "qwen3";  // qwen3 | qwen3_moe | qwen2 | qwen2_5_vl | qwen2_5_vl_text
+  std::string model_type = "qwen3";  // qwen3 | qwen3_moe | qwen2 | qwen2_5_vl | qwen2_5_vl_text | mistral | mistral3
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;  // dense SwiGLU width (dense layers of a MoE model too)

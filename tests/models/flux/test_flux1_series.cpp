@@ -1,7 +1,8 @@
 // What the flux1 series (FLUX.1 dev / schnell as released) alone is checked for, with a tiny
-// SentencePiece model and a pooled-vector file (flux1_test_data.h): the T5 prompt padding, the
-// 2x2 packing, ids and schedule against DiffSynth's, a prompt missing from the pooled file named,
-// the DiT from a released file in either layout and the T5 text encoder from its released names.
+// SentencePiece model, a tiny CLIP tokenizer and a pooled-vector file (flux1_test_data.h): the T5
+// and CLIP prompt padding, the 2x2 packing, ids and schedule against DiffSynth's, the pooled file
+// instead of the CLIP tower and a prompt missing from it named, the DiT from a released file in
+// either layout and the T5 and CLIP text encoders from their released names.
 // The checks every image series shares (strategy parity, resume, prepare + sampling, falling loss,
 // the published sizes of dev.yaml and schnell.yaml) are its row in
 // tests/models/diffusion/test_image_series.cpp.
@@ -111,11 +112,50 @@ TEST(Flux1Series, PackingScheduleAndIdsFollowDiffSynth) {
 TEST(Flux1Series, APromptMissingFromThePooledFileIsNamed) {
   const std::string pooled = make_temp_dir("flux1_pooled") + "/three.safetensors";
   write_flux1_pooled(pooled, {kPrompts[0], kPrompts[1], kPrompts[3]});
-  TrainRun r = train_series(towers_args() + " --set train.steps=2 --set flux1.pooled_file=" + pooled, 1,
-                            "flux1_missing_pooled");
+  TrainRun r = train_series(
+      towers_args() + " --set train.steps=2 --set flux1.vec_in_dim=768 --set flux1.pooled_file=" + pooled, 1,
+      "flux1_missing_pooled");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("no pooled vector for the prompt \"" + kPrompts[2] + "\""), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(pooled), std::string::npos) << r.output;
+}
+
+TEST(Flux1Series, TheClipPromptIsPaddedTo77AsFluxTokenizesIt) {
+  // CLIPTokenizer(padding="max_length", max_length=77, truncation=True) with FLUX.1's pad token
+  // <|endoftext|>: <|startoftext|>, the ids, <|endoftext|>, then <|endoftext|> to 77; a prompt
+  // too long keeps 75 ids and its end token in the last slot. The text is lower-cased and its
+  // white space collapsed before the BPE.
+  text::BpeTokenizer tok = text::BpeTokenizer::from_file(flux1_text_inputs().clip);
+  const int64_t bos = *tok.token_to_id("<|startoftext|>"), eos = *tok.token_to_id("<|endoftext|>");
+  const std::vector<int32_t> text = tok.encode("a red cat");
+  ASSERT_EQ(text.size(), 3u);
+  EXPECT_EQ(text[1], *tok.token_to_id("red</w>"));
+  EXPECT_EQ(tok.encode("  A   RED\tCat "), text);
+  const at::Tensor ids = models::flux::flux1_clip_ids(tok, "a red cat", 77);
+  ASSERT_EQ(ids.sizes(), (at::IntArrayRef{1, 77}));
+  EXPECT_EQ(ids[0][0].item<int64_t>(), bos);
+  for (size_t i = 0; i < text.size(); ++i) EXPECT_EQ(ids[0][static_cast<int64_t>(i) + 1].item<int64_t>(), text[i]) << i;
+  for (int64_t i = 4; i < 77; ++i) EXPECT_EQ(ids[0][i].item<int64_t>(), eos) << i;
+  std::string longer;
+  for (int i = 0; i < 40; ++i) longer += "red cat ";
+  const at::Tensor cut = models::flux::flux1_clip_ids(tok, longer, 77);
+  EXPECT_EQ(cut[0][75].item<int64_t>(), *tok.token_to_id("red</w>"));  // the 75th of "red cat" x 40
+  EXPECT_EQ(cut[0][76].item<int64_t>(), eos);
+}
+
+TEST(Flux1Series, ThePooledFileReplacesTheClipTower) {
+  // flux1.pooled_file: the vectors come from the file (768 wide, flux1.vec_in_dim 768) and no
+  // CLIP tower is built or read; without it the tower gives them (base.yaml: 32 wide).
+  const std::string common = towers_args() + " --set train.steps=2";
+  TrainRun file = train_series(common + " --set flux1.vec_in_dim=768 --set flux1.pooled_file=" +
+                                   flux1_text_inputs().pooled + " --set flux1.clip_tokenizer=/nonexistent",
+                               1, "flux1_pooled_file");
+  ASSERT_EQ(file.exit_code, 0) << file.output;
+  TrainRun tower = train_series(common, 1, "flux1_clip_tower");
+  ASSERT_EQ(tower.exit_code, 0) << tower.output;
+  TrainRun no_tokenizer = train_series(common + " --set flux1.clip_tokenizer=", 1, "flux1_clip_no_tokenizer");
+  EXPECT_NE(no_tokenizer.exit_code, 0);
+  EXPECT_NE(no_tokenizer.output.find("flux1.clip_tokenizer"), std::string::npos) << no_tokenizer.output;
 }
 
 TEST(Flux1Series, TheDiTStartsFromAReleasedFileInEitherLayout) {
@@ -186,6 +226,47 @@ TEST(Flux1Series, TheTextEncoderSourceReadsTheReleasedT5Names) {
   for (const auto& [name, v] : theirs) w.write(name, v);
   w.finish();
   auto source = models::flux::flux1_text_encoder_source(path);
+  std::vector<ParamInfo> infos;
+  for (const auto& [name, v] : ours) infos.push_back({name, v.sizes().vec(), 0, v.numel()});
+  source->check(infos);
+  for (const auto& info : infos) {
+    at::Tensor out = at::empty({info.numel}, at::kFloat);
+    source->read(info, 0, info.numel, out);
+    EXPECT_TRUE(at::equal(out, ours.at(info.name).reshape({-1}))) << info.name;
+  }
+}
+
+TEST(Flux1Series, TheClipSourceReadsTheReleasedTextEncoderNames) {
+  // flux1_clip_source serves CLIPTextModel's names ("text_model.*", ours below "clip.") bitwise
+  // from a released-layout file, leaving the position-ids buffer older files hold unread.
+  const train::TrainConfig cfg = train::load_config(kConfigs + "base.yaml", {"flux1.cache=unused"});
+  const auto& c = cfg.series_config<models::flux::Flux1SeriesConfig>();
+  models::flux::ClipTextModel clip(c.clip);
+  std::map<std::string, at::Tensor> ours;
+  for (const auto& p : clip->named_parameters()) {
+    at::Tensor v = p.value().detach().clone();
+    at::Generator g = nn::generator_for(13, p.key());
+    v.normal_(0, 0.1, g);
+    ours[p.key()] = v;
+  }
+  ASSERT_EQ(ours.count("text_model.embeddings.token_embedding.weight"), 1u);
+  ASSERT_EQ(ours.count("text_model.encoder.layers.1.self_attn.out_proj.bias"), 1u);
+  ASSERT_EQ(ours.count("text_model.final_layer_norm.weight"), 1u);
+  std::map<std::string, at::Tensor> file = ours;
+  file["text_model.embeddings.position_ids"] = at::arange(77, at::kLong).unsqueeze(0).to(at::kFloat);
+  const std::string path = make_temp_dir("flux1_clip") + "/model.safetensors";
+  std::vector<io::TensorEntry> entries;
+  for (const auto& [name, v] : file) {
+    io::TensorEntry e;
+    e.name = name;
+    e.dtype = at::kFloat;
+    e.shape = v.sizes().vec();
+    entries.push_back(e);
+  }
+  io::SafetensorsWriter w(path, entries);
+  for (const auto& [name, v] : file) w.write(name, v);
+  w.finish();
+  auto source = models::flux::flux1_clip_source(path);
   std::vector<ParamInfo> infos;
   for (const auto& [name, v] : ours) infos.push_back({name, v.sizes().vec(), 0, v.numel()});
   source->check(infos);

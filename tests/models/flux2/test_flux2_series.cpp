@@ -1,9 +1,10 @@
 // What the flux2 series (FLUX.2 as released) alone is checked for, with the tiny Qwen3 tokenizer of
 // the qwen3 tests: the prompt as Flux2KleinPipeline encodes it, DiffSynth's training and BFL's
-// sampling schedules, dev.yaml training only from a user's cache (no Mistral text tower here) and
+// sampling schedules, dev.yaml's Mistral Small 3.1 tower at its published size and
 // the DiT from a released-layout file. The checks every image series shares (strategy parity,
 // resume, prepare + sampling, falling loss, the published sizes of klein_4b.yaml, klein_9b.yaml
 // and dev.yaml) are its row in tests/models/diffusion/test_image_series.cpp.
+#include "models/flux2/mistral_text.h"
 #include "models/flux2/series.h"
 #include "support/spawn.h"
 #include "support/train_run.h"
@@ -79,18 +80,28 @@ TEST(Flux2Series, TheSchedulesAreDiffSynthsFlux2Ones) {
   EXPECT_GT(q.sigmas[3].item<float>(), 0.0f);
 }
 
-TEST(Flux2Series, DevHasNoTextTowerHereAndTrainsOnlyFromAUsersCache) {
-  try {
-    train::load_config(kConfigs + "dev.yaml", {"flux2.dataset=" + folder()});
-    FAIL() << "dev.yaml without a cache was accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("Mistral Small 3.1"), std::string::npos) << e.what();
-  }
+TEST(Flux2Series, DevRunsMistralSmall31AsItsTextTowerAtItsPublishedSize) {
+  // dev.yaml: Mistral Small 3.1's language model (no q/k norm, no biases, RoPE theta 1e9),
+  // hidden_states 10/20/30 -> the DiT's 15360-wide context; the pipeline with its towers builds
+  // it with exactly the published parameter count (lm_head not built: the pipeline reads states).
   const train::TrainConfig cfg = train::load_config(kConfigs + "dev.yaml", {"flux2.cache=unused"});
   const auto& c = cfg.series_config<models::flux2::Flux2SeriesConfig>();
   EXPECT_EQ(c.dit_config().joint_attention_dim, 15360);
+  const models::qwen3::QwenConfig text = c.text_config();
+  const models::qwen3::QwenConfig release = models::flux2::mistral_small_3_1();
+  EXPECT_EQ(text.model_type, "mistral");
+  EXPECT_FALSE(text.qk_norm);
+  EXPECT_FALSE(text.qkv_bias || text.o_bias);
+  EXPECT_EQ(text.rope_theta, 1e9);
+  EXPECT_EQ(text.rms_norm_eps, 1e-5);
+  EXPECT_EQ(text.num_params(/*lm_head=*/false), 22901314560LL);
+  EXPECT_EQ(release.num_params(/*lm_head=*/false), 22901314560LL);
+  EXPECT_EQ(release.num_params(/*lm_head=*/true), 23572403200LL);
   nn::DeferredInit deferred;
-  EXPECT_THROW(models::flux2::Flux2Pipeline(c, false, true), std::invalid_argument);
+  models::flux2::Flux2Pipeline p(c, false, true);
+  int64_t n = 0;
+  for (const auto& t : p->text_encoder->parameters()) n += t.numel();
+  EXPECT_EQ(n, 22901314560LL);
 }
 
 TEST(Flux2Series, TheDiTLoadsAReleasedLayoutFileByItsOwnNames) {
