@@ -43,6 +43,21 @@ std::string towers_args() {
          " --set run.progress=false --set parallel.comm_timeout_s=120";
 }
 
+// Writes `tensors` as float32 under their names.
+void write_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors) {
+  std::vector<io::TensorEntry> entries;
+  for (const auto& [name, v] : tensors) {
+    io::TensorEntry e;
+    e.name = name;
+    e.dtype = at::kFloat;
+    e.shape = v.sizes().vec();
+    entries.push_back(e);
+  }
+  io::SafetensorsWriter w(path, entries);
+  for (const auto& [name, v] : tensors) w.write(name, v);
+  w.finish();
+}
+
 }  // namespace
 
 TEST(Flux1Series, ThePromptIsPaddedToTextLenAsFluxTokenizesIt) {
@@ -172,21 +187,8 @@ TEST(Flux1Series, TheDiTStartsFromAReleasedFileInEitherLayout) {
     v.normal_(0, 0.05, g);  // not the seeded init: the run must read the file
     ours[p.key()] = v;
   }
-  auto write = [](const std::string& path, const std::map<std::string, at::Tensor>& t) {
-    std::vector<io::TensorEntry> entries;
-    for (const auto& [name, v] : t) {
-      io::TensorEntry e;
-      e.name = name;
-      e.dtype = at::kFloat;
-      e.shape = v.sizes().vec();
-      entries.push_back(e);
-    }
-    io::SafetensorsWriter w(path, entries);
-    for (const auto& [name, v] : t) w.write(name, v);
-    w.finish();
-  };
-  write(dir + "/bfl.safetensors", ours);
-  write(dir + "/diffusers.safetensors", models::flux::flux1_diffusers_name_map(c.dit_config()).to_theirs(ours));
+  write_safetensors(dir + "/bfl.safetensors", ours);
+  write_safetensors(dir + "/diffusers.safetensors", models::flux::flux1_diffusers_name_map(c.dit_config()).to_theirs(ours));
   const std::string common = towers_args() + " --set train.steps=2";
   TrainRun seeded = train_series(common, 1, "flux1_seeded");
   TrainRun bfl = train_series(common + " --set flux1.dit_from=" + dir + "/bfl.safetensors", 1, "flux1_bfl");
@@ -214,17 +216,7 @@ TEST(Flux1Series, TheTextEncoderSourceReadsTheReleasedT5Names) {
   const std::map<std::string, at::Tensor> theirs = models::t5::hf_t5_name_map(true).to_theirs(ours);
   ASSERT_EQ(theirs.count("shared.weight"), 1u);
   const std::string path = make_temp_dir("flux1_t5") + "/model.safetensors";
-  std::vector<io::TensorEntry> entries;
-  for (const auto& [name, v] : theirs) {
-    io::TensorEntry e;
-    e.name = name;
-    e.dtype = at::kFloat;
-    e.shape = v.sizes().vec();
-    entries.push_back(e);
-  }
-  io::SafetensorsWriter w(path, entries);
-  for (const auto& [name, v] : theirs) w.write(name, v);
-  w.finish();
+  write_safetensors(path, theirs);
   auto source = models::flux::flux1_text_encoder_source(path);
   std::vector<ParamInfo> infos;
   for (const auto& [name, v] : ours) infos.push_back({name, v.sizes().vec(), 0, v.numel()});
@@ -255,17 +247,7 @@ TEST(Flux1Series, TheClipSourceReadsTheReleasedTextEncoderNames) {
   std::map<std::string, at::Tensor> file = ours;
   file["text_model.embeddings.position_ids"] = at::arange(77, at::kLong).unsqueeze(0).to(at::kFloat);
   const std::string path = make_temp_dir("flux1_clip") + "/model.safetensors";
-  std::vector<io::TensorEntry> entries;
-  for (const auto& [name, v] : file) {
-    io::TensorEntry e;
-    e.name = name;
-    e.dtype = at::kFloat;
-    e.shape = v.sizes().vec();
-    entries.push_back(e);
-  }
-  io::SafetensorsWriter w(path, entries);
-  for (const auto& [name, v] : file) w.write(name, v);
-  w.finish();
+  write_safetensors(path, file);
   auto source = models::flux::flux1_clip_source(path);
   std::vector<ParamInfo> infos;
   for (const auto& [name, v] : ours) infos.push_back({name, v.sizes().vec(), 0, v.numel()});
