@@ -58,6 +58,30 @@ void write_safetensors(const std::string& path, const std::map<std::string, at::
   w.finish();
 }
 
+// Values of `module`'s parameters drawn N(0, 0.1) from (seed, name): not any seeded init.
+std::map<std::string, at::Tensor> drawn_values(const torch::nn::Module& module, uint64_t seed) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& p : module.named_parameters()) {
+    at::Tensor v = p.value().detach().clone();
+    at::Generator g = nn::generator_for(seed, p.key());
+    v.normal_(0, 0.1, g);
+    out[p.key()] = v;
+  }
+  return out;
+}
+
+// `source` serves every tensor of `ours` under our names, bitwise.
+void expect_serves(ParamSource& source, const std::map<std::string, at::Tensor>& ours) {
+  std::vector<ParamInfo> infos;
+  for (const auto& [name, v] : ours) infos.push_back({name, v.sizes().vec(), 0, v.numel()});
+  source.check(infos);
+  for (const auto& info : infos) {
+    at::Tensor out = at::empty({info.numel}, at::kFloat);
+    source.read(info, 0, info.numel, out);
+    EXPECT_TRUE(at::equal(out, ours.at(info.name).reshape({-1}))) << info.name;
+  }
+}
+
 }  // namespace
 
 TEST(Flux1Series, ThePromptIsPaddedToTextLenAsFluxTokenizesIt) {
@@ -206,26 +230,13 @@ TEST(Flux1Series, TheTextEncoderSourceReadsTheReleasedT5Names) {
   const train::TrainConfig cfg = train::load_config(kConfigs + "base.yaml", {"flux1.cache=unused"});
   const auto& c = cfg.series_config<models::flux::Flux1SeriesConfig>();
   models::t5::T5Encoder t5(c.text_config());
-  std::map<std::string, at::Tensor> ours;
-  for (const auto& p : t5->named_parameters()) {
-    at::Tensor v = p.value().detach().clone();
-    at::Generator g = nn::generator_for(11, p.key());
-    v.normal_(0, 0.1, g);
-    ours[p.key()] = v;
-  }
+  const std::map<std::string, at::Tensor> ours = drawn_values(*t5, 11);
   const std::map<std::string, at::Tensor> theirs = models::t5::hf_t5_name_map(true).to_theirs(ours);
   ASSERT_EQ(theirs.count("shared.weight"), 1u);
   const std::string path = make_temp_dir("flux1_t5") + "/model.safetensors";
   write_safetensors(path, theirs);
   auto source = models::flux::flux1_text_encoder_source(path);
-  std::vector<ParamInfo> infos;
-  for (const auto& [name, v] : ours) infos.push_back({name, v.sizes().vec(), 0, v.numel()});
-  source->check(infos);
-  for (const auto& info : infos) {
-    at::Tensor out = at::empty({info.numel}, at::kFloat);
-    source->read(info, 0, info.numel, out);
-    EXPECT_TRUE(at::equal(out, ours.at(info.name).reshape({-1}))) << info.name;
-  }
+  expect_serves(*source, ours);
 }
 
 TEST(Flux1Series, TheClipSourceReadsTheReleasedTextEncoderNames) {
@@ -234,13 +245,7 @@ TEST(Flux1Series, TheClipSourceReadsTheReleasedTextEncoderNames) {
   const train::TrainConfig cfg = train::load_config(kConfigs + "base.yaml", {"flux1.cache=unused"});
   const auto& c = cfg.series_config<models::flux::Flux1SeriesConfig>();
   models::flux::ClipTextModel clip(c.clip);
-  std::map<std::string, at::Tensor> ours;
-  for (const auto& p : clip->named_parameters()) {
-    at::Tensor v = p.value().detach().clone();
-    at::Generator g = nn::generator_for(13, p.key());
-    v.normal_(0, 0.1, g);
-    ours[p.key()] = v;
-  }
+  const std::map<std::string, at::Tensor> ours = drawn_values(*clip, 13);
   ASSERT_EQ(ours.count("text_model.embeddings.token_embedding.weight"), 1u);
   ASSERT_EQ(ours.count("text_model.encoder.layers.1.self_attn.out_proj.bias"), 1u);
   ASSERT_EQ(ours.count("text_model.final_layer_norm.weight"), 1u);
@@ -249,12 +254,5 @@ TEST(Flux1Series, TheClipSourceReadsTheReleasedTextEncoderNames) {
   const std::string path = make_temp_dir("flux1_clip") + "/model.safetensors";
   write_safetensors(path, file);
   auto source = models::flux::flux1_clip_source(path);
-  std::vector<ParamInfo> infos;
-  for (const auto& [name, v] : ours) infos.push_back({name, v.sizes().vec(), 0, v.numel()});
-  source->check(infos);
-  for (const auto& info : infos) {
-    at::Tensor out = at::empty({info.numel}, at::kFloat);
-    source->read(info, 0, info.numel, out);
-    EXPECT_TRUE(at::equal(out, ours.at(info.name).reshape({-1}))) << info.name;
-  }
+  expect_serves(*source, ours);
 }
