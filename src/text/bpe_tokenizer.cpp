@@ -463,27 +463,6 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
   s = std::move(out);
 }
 
-// Python's str.isspace(): Unicode White_Space plus U+001C..U+001F.
-bool python_space(char32_t c) { return is_white_space(c) || (c >= 0x1C && c <= 0x1F); }
-
-// Python's str.strip() on valid UTF-8.
-void python_strip(std::string& s) {
-  std::size_t b = 0;
-  while (b < s.size()) {
-    std::size_t k = b;
-    if (!python_space(utf8_decode_valid(s, k))) break;
-    b = k;
-  }
-  std::size_t e = s.size();
-  while (e > b) {
-    std::size_t p = e - 1;
-    while (p > b && (static_cast<unsigned char>(s[p]) & 0xC0) == 0x80) --p;
-    std::size_t k = p;
-    if (!python_space(utf8_decode_valid(s, k))) break;
-    e = p;
-  }
-  s = s.substr(b, e - b);
-}
 
 // transformers' PreTrainedTokenizerBase.clean_up_tokenization.
 void clean_up_tokenization(std::string& s) {
@@ -908,7 +887,7 @@ std::string BpeTokenizer::decode(const int32_t* ids, std::size_t n, bool skip_sp
     utf8_append_replacing_invalid(raw, out);
   }
   if (model_->clip_decode) {
-    detail::python_strip(out);
+    out = std::string(strip_python_space(out));
     if (model_->cleanup_spaces) detail::clean_up_tokenization(out);
   }
   return out;

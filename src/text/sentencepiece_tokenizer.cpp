@@ -212,27 +212,7 @@ bool invalid_codepoint(uint32_t n) {
          (n >= 0xFDD0 && n <= 0xFDEF) || ((n & 0xFFFE) == 0xFFFE && n <= 0x10FFFF);
 }
 
-bool is_python_space(char32_t c) { return u_isUWhiteSpace(static_cast<UChar32>(c)) || (c >= 0x1C && c <= 0x1F); }
 bool is_regex_space(char32_t c) { return u_isUWhiteSpace(static_cast<UChar32>(c)); }
-
-// Strips Python-isspace characters at both ends of valid UTF-8.
-std::string_view strip(std::string_view s) {
-  std::size_t b = 0;
-  while (b < s.size()) {
-    std::size_t k = b;
-    if (!is_python_space(utf8_decode_valid(s, k))) break;
-    b = k;
-  }
-  std::size_t e = s.size();
-  while (e > b) {
-    std::size_t p = e - 1;
-    while (p > b && (static_cast<unsigned char>(s[p]) & 0xC0) == 0x80) --p;
-    std::size_t k = p;
-    if (!is_python_space(utf8_decode_valid(s, k))) break;
-    e = p;
-  }
-  return s.substr(b, e - b);
-}
 
 std::string nfc(const std::string& s) {
   UErrorCode err = U_ZERO_ERROR;
@@ -342,7 +322,7 @@ std::string clean_whitespace(std::string_view text) {
     else q.append(s, b, i - b);
   }
   s = html_unescape(html_unescape(nfc(q)));
-  const std::string_view stripped = strip(s);
+  const std::string_view stripped = strip_python_space(s);
   std::string out;
   for (std::size_t i = 0; i < stripped.size();) {
     const std::size_t b = i;
@@ -358,7 +338,7 @@ std::string clean_whitespace(std::string_view text) {
       out.append(stripped, b, i - b);
     }
   }
-  return std::string(strip(out));
+  return std::string(strip_python_space(out));
 }
 
 namespace {

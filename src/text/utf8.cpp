@@ -1,5 +1,7 @@
 #include "text/utf8.h"
 
+#include <unicode/uchar.h>
+
 #include <cstdio>
 #include <cstring>
 
@@ -116,6 +118,28 @@ std::string utf8_escape_for_message(std::string_view s, std::size_t max_bytes) {
   }
   if (s.size() > max_bytes) out += "...";
   return out;
+}
+
+namespace {
+bool is_python_space(char32_t c) { return u_isUWhiteSpace(static_cast<UChar32>(c)) || (c >= 0x1C && c <= 0x1F); }
+}  // namespace
+
+std::string_view strip_python_space(std::string_view s) {
+  std::size_t b = 0;
+  while (b < s.size()) {
+    std::size_t k = b;
+    if (!is_python_space(utf8_decode_valid(s, k))) break;
+    b = k;
+  }
+  std::size_t e = s.size();
+  while (e > b) {
+    std::size_t p = e - 1;
+    while (p > b && (static_cast<unsigned char>(s[p]) & 0xC0) == 0x80) --p;
+    std::size_t k = p;
+    if (!is_python_space(utf8_decode_valid(s, k))) break;
+    e = p;
+  }
+  return s.substr(b, e - b);
 }
 
 }  // namespace zeroshard::text
