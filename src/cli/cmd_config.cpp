@@ -14,6 +14,7 @@ Command add_config(CLI::App& app) {
   struct Args {
     std::string path;
     std::vector<std::string> overrides;
+    std::string series;
     ForeignArgs foreign;
   };
   auto a = std::make_shared<Args>();
@@ -25,12 +26,17 @@ Command add_config(CLI::App& app) {
   auto* keys = sub->add_subcommand("keys", "List every key (of the config's series): type, allowed values, help");
   keys->add_option("-c,--config", a->path, "YAML config (its model.series decides the series' keys)")
       ->check(CLI::ExistingFile);
-  keys->add_option("--set", a->overrides, "Override a config key, e.g. --set model.series=wan (repeatable)");
+  keys->add_option("--set", a->overrides, "Override a config key (repeatable)");
+  keys->add_option("--series", a->series, "The series whose keys to list (model.series; default: the config's)");
   sub->require_subcommand(1);
   return {sub, [a, show] {
             train::Provenance prov;
             const train::ForeignConfig foreign = show->parsed() ? a->foreign.read() : train::ForeignConfig{};
-            train::TrainConfig cfg = train::load_config_sourced(a->path, ForeignArgs::overrides(foreign, a->overrides), &prov);
+            std::vector<std::string> overrides = a->overrides;
+            if (!a->series.empty()) overrides.insert(overrides.begin(), "model.series=" + a->series);
+            // Inspecting a config needs no data: a series' dataset or cache may still be unset.
+            train::TrainConfig cfg = train::load_config_sourced(a->path, ForeignArgs::overrides(foreign, overrides), &prov,
+                                                                /*needs_data=*/false);
             if (show->parsed()) {
               for (const auto& [k, v] : train::config_items(cfg)) {
                 std::printf("%-34s %-24s # %s\n", k.c_str(), v.c_str(), prov[k].c_str());

@@ -33,7 +33,9 @@ Command add_prepare(CLI::App& app) {
                                           "it reads or generates itself)");
             }
             return launch_or_run(a->nproc, {}, [&](const RendezvousInfo& rdv) {
-              util::set_compute_threads(util::default_compute_threads(rdv.local_world_size));
+              // parallel.threads as training takes it: the towers' results depend on the threads per rank.
+              util::set_compute_threads(cfg.parallel.threads > 0 ? static_cast<int>(cfg.parallel.threads)
+                                                                  : util::default_compute_threads(rdv.local_world_size));
               const std::string text = series.prepare(cfg, rdv);
               if (rdv.rank == 0) std::printf("%s\n", text.c_str());
               return 0;

@@ -6,6 +6,7 @@
 // that of the largest tensor, whatever the model's size. The values are the training run's own
 // seeded init (train.seed), so a run from the folders trains as a seeded run does.
 #include "cli/command.h"
+#include "cli/launch_or_run.h"
 #include "io/file.h"
 #include "io/safetensors.h"
 #include "models/series.h"
@@ -104,6 +105,7 @@ Command add_seed_weights(CLI::App& app) {
                   "Write only these folders (their prefix without the dot, e.g. dit, text_encoder, vae; "
                   "repeatable): when the disk holds one at a time");
   return {sub, [a] {
+            prepare_compute_process();  // minutes of seeded draws at real size
             util::StreamingHeap streaming;  // one tensor's temporaries after another (util/heap.h)
             const train::TrainConfig cfg = train::load_model_config(a->config_path, a->overrides);
             const models::Series& series = models::find_series(cfg.series);

@@ -16,6 +16,11 @@ namespace zeroshard::cli {
 // The command line main() was given (argv[1..]), for re-launching it on local ranks.
 void set_command_line(int argc, char** argv);
 
+// Before this process computes: re-executes main's command line under the compute threads'
+// environment (thread_env.h) unless that was done. Commands that compute much outside
+// launch_or_run call it first; launch_or_run calls it where it runs the body in this process.
+void prepare_compute_process();
+
 // How this process was started (resolved once; throws std::invalid_argument for a launcher
 // whose several processes zeroshard cannot join, naming its variables).
 const comm::LaunchEnv& launch_env();

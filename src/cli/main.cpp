@@ -1,7 +1,6 @@
 // The `zeroshard` command line: the subcommands live in src/cli/cmd_<name>.cpp.
 #include "cli/command.h"
 #include "cli/launch_or_run.h"
-#include "cli/thread_env.h"
 #include "util/heap.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/launch.h"
@@ -31,7 +30,6 @@ void configure_allocator() { zeroshard::util::heap_for_steps(); }
 
 int main(int argc, char** argv) {
   using namespace zeroshard::cli;
-  reexec_with_thread_env(argv);  // first: it may replace this process
   configure_allocator();
   set_command_line(argc, argv);
   CLI::App app{"zeroshard: sharded data-parallel training (ZeRO 0-3) on libtorch + Gloo"};
@@ -40,7 +38,13 @@ int main(int argc, char** argv) {
                                          add_export(app), add_inspect(app), add_config(app),
                                          add_report(app), add_reference_check(app), add_plan(app),
                                          add_tokenize(app), add_seed_weights(app)};
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every usage error (an unknown option, a value out of range,
+    // a missing argument) exits 1, as every other error does (docs/robustness.md).
+    return app.exit(e) == 0 ? 0 : 1;
+  }
   try {
     for (const auto& c : commands) {
       if (c.app->parsed()) return c.run();

@@ -38,9 +38,9 @@ std::string openmp_openblas_dir() {
 
 }  // namespace
 
-void reexec_with_thread_env(char** argv) {
+bool set_thread_env() {
   const char* marker = std::getenv("ZEROSHARD_THREAD_ENV");
-  if (marker != nullptr) return;  // "1": set by the previous exec (ranks inherit it); "0": opted out
+  if (marker != nullptr) return false;  // "1": set by the previous exec or launcher (ranks inherit it); "0": opted out
   // Every setenv with overwrite = 0: a value the user chose wins.
   const std::string openmp = openmp_openblas_dir();
   if (!openmp.empty()) {
@@ -55,6 +55,11 @@ void reexec_with_thread_env(char** argv) {
   }
   setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
   setenv("ZEROSHARD_THREAD_ENV", "1", 1);
+  return true;
+}
+
+void reexec_with_thread_env(char** argv) {
+  if (!set_thread_env()) return;
   execv("/proc/self/exe", argv);
   std::fprintf(stderr, "zeroshard: warning: re-executing /proc/self/exe to set the compute threads' environment failed (%s); idle "
                "compute threads will spin (slow when other processes keep the cores busy)\n", std::strerror(errno));

@@ -23,8 +23,11 @@
 // and gradient norms keep their bits), so where the OpenMP build is installed beside the loaded
 // pthreads one, the re-executed process loads it through LD_LIBRARY_PATH.
 //
-// All of this is read only when the libraries are loaded (before main), so the executable sets
-// the environment and re-executes itself once.
+// All of this is read only when the libraries are loaded (before main), so a process that will
+// compute sets the environment and re-executes itself once (launch_or_run.h,
+// prepare_compute_process). A process that only starts local ranks and waits for them sets it
+// for them without re-executing, and commands that compute little (config, inspect, plan,
+// report, reference-check, tokenize) do neither: loading libtorch costs ~1 s a process here.
 #pragma once
 
 namespace zeroshard::cli {
@@ -39,5 +42,9 @@ inline constexpr const char* kGompSpinCount = "3000";
 // already done (ZEROSHARD_THREAD_ENV=1 in the environment) or when ZEROSHARD_THREAD_ENV=0 opts
 // out. A failed re-exec warns on stderr and carries on.
 void reexec_with_thread_env(char** argv);
+
+// The environment part of reexec_with_thread_env, for the processes this one starts: returns
+// false, changing nothing, when ZEROSHARD_THREAD_ENV is already set.
+bool set_thread_env();
 
 }  // namespace zeroshard::cli

@@ -1,5 +1,6 @@
 #include "zeroshard/comm.h"
 
+#include "comm/first_error.h"
 #include "comm/launch_env.h"
 #include "comm/work_queue.h"
 
@@ -133,6 +134,23 @@ std::shared_ptr<Communicator> make_communicator(const RendezvousInfo& info, cons
   if (info.world_size == 1) return make_local_communicator();
   auto comm = make_gloo_communicator(info, options);
   return options.check_desync ? with_desync_check(std::move(comm)) : comm;
+}
+
+std::string first_error(Communicator& comm, const std::string& error) {
+  const int world = comm.world_size();
+  at::Tensor failed = at::empty({world}, at::kLong);
+  comm.all_gather(at::tensor({static_cast<int64_t>(error.empty() ? 0 : 1)}, at::kLong), failed);
+  for (int r = 0; r < world; ++r) {
+    if (failed[r].item<int64_t>() == 0) continue;
+    at::Tensor size = at::tensor({static_cast<int64_t>(error.size())}, at::kLong);
+    comm.broadcast(size, r);
+    at::Tensor bytes = at::zeros({size.item<int64_t>()}, at::kByte);
+    if (comm.rank() == r) std::memcpy(bytes.data_ptr<uint8_t>(), error.data(), error.size());
+    comm.broadcast(bytes, r);
+    const std::string message(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
+    return comm.rank() == r ? message : message + " (rank " + std::to_string(r) + ")";
+  }
+  return {};
 }
 
 }  // namespace zeroshard

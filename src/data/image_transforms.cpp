@@ -268,6 +268,8 @@ Clip load_clip(const std::string& path, const ImageSizeRule& rule, const FrameSa
   Clip clip;
   if (media_kind(path) == MediaKind::kImage) {
     io::DecodedImage d = io::decode_image_file(path);
+    clip.source_width = d.image.width;
+    clip.source_height = d.image.height;
     clip.frames.push_back(fit_image(d.image, rule, path));
     clip.source_frames.push_back(0);
     clip.warnings = std::move(d.warnings);
@@ -275,6 +277,8 @@ Clip load_clip(const std::string& path, const ImageSizeRule& rule, const FrameSa
   }
   io::VideoReader reader(path);
   clip.source_fps = reader.info().fps;
+  clip.source_width = reader.info().width;
+  clip.source_height = reader.info().height;
   std::vector<io::RgbImage> raw;
   if (!sampling.fix_frame_rate && sampling.start_frame == 0 && sampling.frame_interval == 1) {
     // Decode only what the clip needs: the first num_frames frames, fewer if the video ends

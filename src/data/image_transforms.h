@@ -79,6 +79,7 @@ struct Clip {
   std::vector<io::RgbImage> frames;       // each fitted to the size rule
   std::vector<int64_t> source_frames;     // source frame index of each frame (0 for an image)
   double source_fps = 0;                  // 0 for an image
+  int64_t source_width = 0, source_height = 0;  // the file's size before the size rule
   int64_t source_frame_count = -1;        // exact count when it had to be known, else -1
   std::vector<std::string> warnings;      // decoder warnings
 };

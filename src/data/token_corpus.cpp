@@ -4,6 +4,7 @@
 #include "io/file.h"
 #include "text/bpe_tokenizer.h"
 #include "text/chat_template.h"
+#include "text/utf8.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -107,8 +108,13 @@ void walk_documents(const PrepareOptions& o, const std::function<bool(int64_t)>&
 
 std::string where_of(const PrepareOptions& o, const Doc& d) { return o.files[d.file] + ":" + std::to_string(d.line); }
 
+// A note quotes the record (a parser's message shows the bytes it stopped at): ill-formed UTF-8
+// in it becomes U+FFFD, so that the report stays valid JSON.
 void note(PrepareReport& r, const std::string& text) {
-  if (r.notes.size() < kMaxNotes) r.notes.push_back(text);
+  if (r.notes.size() >= kMaxNotes) return;
+  std::string clean;
+  text::utf8_append_replacing_invalid(text, clean);
+  r.notes.push_back(std::move(clean));
 }
 
 }  // namespace
@@ -273,13 +279,13 @@ void append_dataset(const std::string& from, IndexedDatasetWriter& to) {
   }
 }
 
+}  // namespace
+
 void remove_dataset(const std::string& prefix) {
   std::error_code ec;
   fs::remove(prefix + ".bin", ec);
   fs::remove(prefix + ".idx", ec);
 }
-
-}  // namespace
 
 void merge_parts(const PrepareOptions& o, int world, const PrepareReport& total, int64_t tokenizer_vocab) {
   const bool chat = o.kind == CorpusKind::Chat;

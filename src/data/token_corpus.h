@@ -78,6 +78,8 @@ int64_t count_documents(const PrepareOptions& options);
 
 // The part prefix of `rank` of `world` for output P.
 std::string part_prefix(const std::string& output, int rank, int world);
+// Removes <prefix>.bin and <prefix>.idx where they exist.
+void remove_dataset(const std::string& prefix);
 
 // Tokenizes documents [begin, end) into the part `part` (P.bin/.idx and, for chat, the masks).
 PrepareReport prepare_part(const PrepareOptions& options, text::BpeTokenizer& tokenizer, int64_t begin, int64_t end,

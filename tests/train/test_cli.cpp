@@ -80,6 +80,32 @@ TEST(Cli, BadConfigFailsBeforeAnyRankStarts) {
   EXPECT_EQ(out.find("[rank"), std::string::npos) << "no rank may have started: " << out;
 }
 
+TEST(Cli, UsageErrorsExitOne) {
+  // One convention: a bad command line exits 1 like every other error; --help exits 0.
+  const std::string bin = std::string(ZS_BINARY);
+  for (const std::string args : {" train --nproc 0", " prepare --nproc -3", " train --no-such-option", " sample",
+                                 " nonsense", ""}) {
+    std::string out;
+    EXPECT_EQ(run_command(bin + args, &out), 1) << args << "\n" << out;
+    EXPECT_NE(out.find("--help"), std::string::npos) << args << "\n" << out;
+  }
+  std::string out;
+  EXPECT_EQ(run_command(bin + " train --help", &out), 0) << out;
+}
+
+TEST(Cli, ConfigKeysListASeriesWithoutItsData) {
+  // As the README shows it (`config keys [--series S]`), and from a config that sets no dataset.
+  const std::string bin = std::string(ZS_BINARY);
+  std::string out;
+  ASSERT_EQ(run_command(bin + " config keys --series wan", &out), 0) << out;
+  EXPECT_NE(out.find("model.series wan"), std::string::npos) << out;
+  EXPECT_NE(out.find("wan.metadata"), std::string::npos) << out;
+  ASSERT_EQ(run_command(bin + " config keys --config " + ZS_SOURCE_DIR + "/configs/wan/base.yaml", &out), 0) << out;
+  EXPECT_NE(out.find("wan.dataset"), std::string::npos) << out;
+  EXPECT_NE(run_command(bin + " config keys --series nope", &out), 0) << out;
+  EXPECT_NE(out.find("nope"), std::string::npos) << out;
+}
+
 TEST(Cli, JoinsAJobFromTheEnvironment) {
   // Two processes started like torchrun/Slurm would, without --nproc.
   const auto dir = make_temp_dir("env");
@@ -106,10 +132,10 @@ TEST(Cli, LoadsTheOpenMpBuildOfOpenBlasWhereInstalled) {
     openmp_installed |= std::ifstream(std::string(dir) + "/openblas-openmp/libopenblas.so.0").good();
   }
   if (!openmp_installed) GTEST_SKIP() << "libopenblas0-openmp is not installed (scripts/install_deps.sh installs it)";
-  auto start_line = [](const std::string& env, const std::string& name) {
+  auto start_line = [](const std::string& env, const std::string& name, int nproc = 1) {
     const auto dir = make_temp_dir(name);
     std::string out;
-    const int code = run_command(env + std::string(ZS_BINARY) + " train --nproc 1" + kSmallModel +
+    const int code = run_command(env + std::string(ZS_BINARY) + " train --nproc " + std::to_string(nproc) + kSmallModel +
                                      " --set train.steps=1 --set train.save_final=false --set run.dir=" + dir,
                                  &out);
     EXPECT_EQ(code, 0) << out;
@@ -123,6 +149,10 @@ TEST(Cli, LoadsTheOpenMpBuildOfOpenBlasWhereInstalled) {
   const std::string chosen = start_line("", "blas");
   EXPECT_NE(chosen.find(" blas=OpenBLAS "), std::string::npos) << chosen;
   EXPECT_NE(chosen.find("(OpenMP)"), std::string::npos) << chosen;
+  // Ranks started by zeroshard's own launcher, which sets the environment for them without
+  // re-executing itself, load the same build.
+  const std::string ranks = start_line("", "blas-ranks", 2);
+  EXPECT_NE(ranks.find("(OpenMP)"), std::string::npos) << ranks;
   const std::string system = start_line("ZEROSHARD_THREAD_ENV=0 ", "blas-system");
   EXPECT_EQ(system.find("(OpenMP)"), std::string::npos) << "the opt-out must keep the system's build: " << system;
 }

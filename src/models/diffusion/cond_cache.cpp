@@ -1,5 +1,6 @@
 #include "models/diffusion/cond_cache.h"
 
+#include "comm/first_error.h"
 #include "io/safetensors.h"
 #include "nn/init.h"
 
@@ -42,59 +43,96 @@ int64_t record_rounds(int64_t records, int world) { return (records + world - 1)
 
 CacheWriter::CacheWriter(std::string dir, int rank) : dir_(std::move(dir)), rank_(rank) {}
 
-void CacheWriter::add(int64_t record, NamedTensors tensors) { done_.emplace_back(record, std::move(tensors)); }
+void CacheWriter::add(int64_t record, NamedTensors tensors, nlohmann::json info) {
+  done_.emplace_back(record, std::move(tensors));
+  info_.push_back(std::move(info));
+}
 
-void CacheWriter::left_out(std::string message) { left_out_.push_back(std::move(message)); }
+void CacheWriter::left_out(int64_t record, std::string message) { left_out_.emplace_back(record, std::move(message)); }
 
 int64_t CacheWriter::finish(Communicator& comm, const std::string& format, nlohmann::json meta,
                             const std::function<nlohmann::json(int64_t)>& describe) {
-  fs::create_directories(dir_);
+  // Everything goes to <dir>.partial first; rank 0 publishes it as <dir> (one rename) once the
+  // index is written, so a failed or interrupted prepare never leaves a cache that looks whole.
+  const std::string work = dir_ + ".partial";
+  if (comm.rank() == 0) {
+    fs::remove_all(work);
+    fs::create_directories(work);
+  }
+  comm.barrier();
+  std::string error;
   nlohmann::json part = nlohmann::json::array();
-  for (size_t first = 0; first < done_.size(); first += kRecordsPerFile) {
-    const size_t last = std::min(done_.size(), first + kRecordsPerFile);
-    const std::string name =
-        "part-" + std::to_string(rank_) + "-" + std::to_string(first / kRecordsPerFile) + ".safetensors";
-    std::vector<io::TensorEntry> entries;
-    for (size_t i = first; i < last; ++i) {
-      const std::string k = std::to_string(done_[i].first);
-      for (const auto& [tname, t] : done_[i].second) entries.push_back({tname + "." + k, at::kFloat, t.sizes().vec()});
+  try {
+    for (size_t first = 0; first < done_.size(); first += kRecordsPerFile) {
+      const size_t last = std::min(done_.size(), first + kRecordsPerFile);
+      const std::string name =
+          "part-" + std::to_string(rank_) + "-" + std::to_string(first / kRecordsPerFile) + ".safetensors";
+      std::vector<io::TensorEntry> entries;
+      for (size_t i = first; i < last; ++i) {
+        const std::string k = std::to_string(done_[i].first);
+        for (const auto& [tname, t] : done_[i].second) entries.push_back({tname + "." + k, at::kFloat, t.sizes().vec()});
+      }
+      io::SafetensorsWriter w(work + "/" + name, entries);
+      for (size_t i = first; i < last; ++i) {
+        const std::string k = std::to_string(done_[i].first);
+        for (const auto& [tname, t] : done_[i].second) w.write(tname + "." + k, t.to(at::kFloat).contiguous());
+        part.push_back({{"record", done_[i].first}, {"shard", name}, {"info", info_[i]}});
+      }
+      w.finish();
     }
-    io::SafetensorsWriter w(dir_ + "/" + name, entries);
-    for (size_t i = first; i < last; ++i) {
-      const std::string k = std::to_string(done_[i].first);
-      for (const auto& [tname, t] : done_[i].second) w.write(tname + "." + k, t.to(at::kFloat).contiguous());
-      part.push_back({{"record", done_[i].first}, {"shard", name}});
+    nlohmann::json bad = nlohmann::json::array();
+    for (const auto& [record, message] : left_out_) bad.push_back({{"record", record}, {"message", message}});
+    write_json_file(work + "/part-" + std::to_string(rank_) + ".json", {{"items", part}, {"bad", bad}});
+  } catch (const std::exception& e) {
+    error = "rank " + std::to_string(rank_) + " writing " + work + ": " + e.what();
+  }
+  if (const std::string first = first_error(comm, error); !first.empty()) {
+    if (comm.rank() == 0) fs::remove_all(work);
+    throw std::runtime_error(first);
+  }
+  int64_t n = 0;
+  if (comm.rank() == 0) {
+    try {
+      std::map<int64_t, std::string> shard_of, bad_of;
+      std::map<int64_t, nlohmann::json> info_of;
+      nlohmann::json left_out = meta.value("left_out", nlohmann::json::array());
+      for (int q = 0; q < comm.world_size(); ++q) {
+        const std::string path = work + "/part-" + std::to_string(q) + ".json";
+        const nlohmann::json j = read_json_file(path);
+        for (const auto& e : j.at("items")) {
+          shard_of[e.at("record").get<int64_t>()] = e.at("shard").get<std::string>();
+          info_of[e.at("record").get<int64_t>()] = e.value("info", nlohmann::json::object());
+        }
+        for (const auto& b : j.at("bad")) bad_of[b.at("record").get<int64_t>()] = b.at("message").get<std::string>();
+        fs::remove(path);
+      }
+      for (const auto& [record, message] : bad_of) left_out.push_back(message);
+      nlohmann::json items = nlohmann::json::array();
+      for (const auto& [record, shard] : shard_of) {
+        nlohmann::json item = {{"shard", shard}, {"record", record}};
+        item.update(info_of[record]);
+        item.update(describe(record));
+        items.push_back(item);
+      }
+      n = static_cast<int64_t>(items.size());
+      if (n == 0) {
+        std::string why = "no record could be read, nothing to cache (" + std::to_string(left_out.size()) + " left out)";
+        for (size_t i = 0; i < left_out.size() && i < 20; ++i) why += "\n  " + left_out[i].get<std::string>();
+        throw std::runtime_error(meta.value("dataset", std::string()) + ": " + why);
+      }
+      meta["format"] = format;
+      meta["items"] = std::move(items);
+      meta["left_out"] = std::move(left_out);
+      write_json_file(work + "/index.json", meta);
+      fs::remove_all(dir_);
+      fs::rename(work, dir_);
+    } catch (const std::exception& e) {
+      error = e.what();
+      fs::remove_all(work);
     }
-    w.finish();
   }
-  write_json_file(dir_ + "/part-" + std::to_string(rank_) + ".json", {{"items", part}, {"bad", left_out_}});
-  comm.barrier();
-  if (comm.rank() != 0) {
-    comm.barrier();
-    return -1;
-  }
-  std::map<int64_t, std::string> shard_of;
-  nlohmann::json left_out = meta.value("left_out", nlohmann::json::array());
-  for (int q = 0; q < comm.world_size(); ++q) {
-    const std::string path = dir_ + "/part-" + std::to_string(q) + ".json";
-    const nlohmann::json j = read_json_file(path);
-    for (const auto& e : j.at("items")) shard_of[e.at("record").get<int64_t>()] = e.at("shard").get<std::string>();
-    for (const auto& b : j.at("bad")) left_out.push_back(b);
-    fs::remove(path);
-  }
-  nlohmann::json items = nlohmann::json::array();
-  for (const auto& [record, shard] : shard_of) {
-    nlohmann::json item = {{"shard", shard}, {"record", record}};
-    item.update(describe(record));
-    items.push_back(item);
-  }
-  const int64_t n = static_cast<int64_t>(items.size());
-  meta["format"] = format;
-  meta["items"] = std::move(items);
-  meta["left_out"] = std::move(left_out);
-  write_json_file(dir_ + "/index.json", meta);
-  comm.barrier();
-  return n;
+  if (const std::string first = first_error(comm, error); !first.empty()) throw std::runtime_error(first);
+  return comm.rank() == 0 ? n : -1;
 }
 
 // --- CacheReader -------------------------------------------------------------------------------

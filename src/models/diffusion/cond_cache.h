@@ -42,13 +42,17 @@ int64_t record_rounds(int64_t records, int world);
 class CacheWriter {
  public:
   CacheWriter(std::string dir, int rank);
-  // A record this rank encoded: its tensors (stored float32 as "<name>.<record>").
-  void add(int64_t record, NamedTensors tensors);
-  // A record this rank could not read (prepare's on_bad_file=skip): listed in index.json.
-  void left_out(std::string message);
-  // Collective over `comm`: each rank writes its files; rank 0 then writes index.json ({"format":
-  // format, "items", "left_out"} merged into `meta`), the items in record order, each
-  // {"shard", "record"} merged with describe(record). Returns the number of items on rank 0, -1
+  // A record this rank encoded: its tensors (stored float32 as "<name>.<record>") and what the
+  // item's entry in index.json shows of it (frames, sizes, prompt tokens: the series says).
+  void add(int64_t record, NamedTensors tensors, nlohmann::json info = nlohmann::json::object());
+  // A record this rank could not read (prepare's on_bad_file=skip): listed in index.json after
+  // meta's "left_out", in record order.
+  void left_out(int64_t record, std::string message);
+  // Collective over `comm`: each rank writes its files to <dir>.partial; rank 0 then writes
+  // index.json ({"format": format, "items", "left_out"} merged into `meta`), the items in record
+  // order, each {"shard", "record"} merged with its info and describe(record), and publishes the folder as
+  // <dir> (replacing an older cache there). No item at all, or any rank failing to write, is an
+  // error on every rank and leaves neither folder. Returns the number of items on rank 0, -1
   // elsewhere.
   int64_t finish(Communicator& comm, const std::string& format, nlohmann::json meta,
                  const std::function<nlohmann::json(int64_t record)>& describe);
@@ -57,7 +61,8 @@ class CacheWriter {
   std::string dir_;
   int rank_;
   std::vector<std::pair<int64_t, NamedTensors>> done_;
-  std::vector<std::string> left_out_;
+  std::vector<nlohmann::json> info_;
+  std::vector<std::pair<int64_t, std::string>> left_out_;
 };
 
 class CacheReader {

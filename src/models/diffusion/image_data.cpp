@@ -21,6 +21,9 @@ void ImageSeriesKeys::register_keys(train::ConfigKeys& k, const std::string& s, 
                "the frozen text encoder's file (safetensors, index.json or .pth, released names); empty: seeded");
   k.add_string(s + ".tokenizer", &tokenizer, {}, tokenizer_what);
   k.add_string(s + ".dataset", &dataset, {}, "a DiffSynth folder: metadata.csv (image, prompt) + jpg/png/webp");
+  k.add_string(s + ".metadata", &metadata, {},
+               "the dataset's metadata file (.csv, .json or .jsonl; image paths relative to the dataset folder); "
+               "empty: the folder's metadata.csv, .json or .jsonl");
   k.add_string(s + ".cache", &cache, {},
                "a conditioning cache (`zeroshard prepare` writes it): train without the towers; empty: towers in the loop");
   k.add_int(s + ".height", &height, 16, 1 << 14, "image height (resize + centre crop)");
@@ -135,7 +138,7 @@ ImageData::ImageData(const ImageSeriesKeys& keys, const std::string& series, con
                                   series + ".width)");
     }
   } else {
-    const data::MediaDataset d = load_captioned_images(keys.dataset, series + ".dataset");
+    const data::MediaDataset d = load_captioned_images(keys.dataset, keys.metadata, series + ".dataset");
     for (const auto& s : d.samples) {
       prompts_.push_back(s.prompt);
       paths_.push_back(s.media_path);

@@ -7,12 +7,13 @@
 
 namespace zeroshard::models::diffusion {
 
-data::MediaDataset load_captioned_images(const std::string& folder, const std::string& key, bool collect_errors) {
+data::MediaDataset load_captioned_images(const std::string& folder, const std::string& metadata, const std::string& key,
+                                         bool collect_errors) {
   if (folder.empty()) throw std::invalid_argument(key + ": the dataset folder is required");
   data::MediaDatasetOptions opts;
   opts.media_column = "image";
   opts.collect_errors = collect_errors;
-  data::MediaDataset d = data::load_media_dataset(folder, "", opts);
+  data::MediaDataset d = data::load_media_dataset(folder, metadata, opts);
   for (const auto& s : d.samples) {
     if (s.kind != data::MediaKind::kImage) {
       throw std::invalid_argument(s.location + ": '" + s.media + "' is not an image (" + key + " takes jpg/png/webp)");
@@ -22,11 +23,14 @@ data::MediaDataset load_captioned_images(const std::string& folder, const std::s
   return d;
 }
 
-at::Tensor load_image_tensor(const std::string& path, int64_t height, int64_t width) {
+at::Tensor load_image_tensor(const std::string& path, int64_t height, int64_t width,
+                             std::pair<int64_t, int64_t>* source_size) {
   data::ImageSizeRule rule;
   rule.height = height;
   rule.width = width;
-  const io::RgbImage img = data::load_image(path, rule);
+  const io::DecodedImage d = io::decode_image_file(path);
+  if (source_size) *source_size = {d.image.width, d.image.height};
+  const io::RgbImage img = data::fit_image(d.image, rule, path);
   std::vector<float> v = data::to_chw(img);
   return at::from_blob(v.data(), {3, height, width}, at::kFloat).clone();
 }

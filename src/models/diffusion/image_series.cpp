@@ -5,6 +5,7 @@
 #include "io/torch_pth.h"
 #include "models/diffusion/cond_cache.h"
 #include "models/diffusion/image_folder.h"
+#include "models/diffusion/prepare_records.h"
 #include "nn/init.h"
 #include "nn/layers.h"
 #include "sample/sample.h"
@@ -250,7 +251,7 @@ std::string prepare(const ImageSeriesSpec& spec, const train::TrainConfig& cfg, 
   const ImageSeriesKeys& k = spec.keys(cfg);
   const std::string& s = spec.name;
   if (k.cache.empty()) throw std::invalid_argument(s + ".cache: the folder to write the cache to is required");
-  const data::MediaDataset d = load_captioned_images(k.dataset, s + ".dataset", k.on_bad_file == "skip");
+  const data::MediaDataset d = load_captioned_images(k.dataset, k.metadata, s + ".dataset", k.on_bad_file == "skip");
   const auto sizes = k.bucket_sizes(s);
 
   auto comm = make_communicator(rdv);
@@ -267,39 +268,37 @@ std::string prepare(const ImageSeriesSpec& spec, const train::TrainConfig& cfg, 
       false, true);
   auto sharded = fully_shard(p, comm, so);
 
-  const int64_t N = static_cast<int64_t>(d.samples.size());
   CacheWriter writer(k.cache, rank);
-  for (int64_t r = 0; r < record_rounds(N, world); ++r) {
-    const int64_t record = r * world + rank;
-    const bool real = record < N;
-    const auto& sample = d.samples[static_cast<size_t>(real ? record : 0)];
-    at::Tensor image;
-    bool readable = true;
-    try {
-      const auto [h, w] = sizes.at(static_cast<size_t>(bucket_of_file(sizes, sample.media_path)));
-      image = load_image_tensor(sample.media_path, h, w);
-    } catch (const std::exception& e) {
-      if (k.on_bad_file == "stop") throw std::runtime_error(sample.location + ": " + e.what());
-      if (real) writer.left_out(sample.location + ": " + e.what());
-      readable = false;
-      image = at::zeros({3, k.height, k.width});  // keeps this rank's tower passes in step
-    }
+  at::Tensor image;  // this rank's image of the round
+  RecordHandlers h;
+  h.read = [&](const data::MediaSample& sample) {
+    const auto [hh, ww] = sizes.at(static_cast<size_t>(bucket_of_file(sizes, sample.media_path)));
+    std::pair<int64_t, int64_t> source;
+    image = load_image_tensor(sample.media_path, hh, ww, &source);
+    RecordRead read;
+    read.info = {{"source", std::to_string(source.first) + "x" + std::to_string(source.second)},
+                 {"size", std::to_string(ww) + "x" + std::to_string(hh)}};
+    return read;
+  };
+  h.encode = [&](const data::MediaSample& sample, int64_t, bool stand_in) {
+    if (stand_in) image = at::zeros({3, k.height, k.width});
     const std::map<std::string, at::Tensor> out = p->condition(image, sample.prompt);
-    if (real && readable) writer.add(record, NamedTensors(out.begin(), out.end()));
-  }
+    return NamedTensors(out.begin(), out.end());
+  };
+  prepare_records(*comm, d, s + ".on_bad_file", k.on_bad_file == "skip", writer, h);
   // Each item's bucket in index.json: rank 0 finds it again from the file's size (describe).
   nlohmann::json meta = {{"dataset", k.dataset}, {"left_out", d.errors}, {"buckets", k.bucket_text(s)}};
   for (const auto& [key, value] : spec.cache_shape(cfg)) meta[key] = value;
-  const int64_t n = writer.finish(*comm, spec.cache_format, meta, [&d, &sizes](int64_t record) {
-    const auto& item = d.samples[static_cast<size_t>(record)];
+  const int64_t n = writer.finish(*comm, spec.cache_format, meta, [&d, &sizes](int64_t row) {
+    const auto& item = sample_of_row(d.samples, row);
     return nlohmann::json{{"media", item.media}, {"prompt", item.prompt}, {"bucket", bucket_of_file(sizes, item.media_path)}};
   });
+  const int64_t rows = static_cast<int64_t>(d.samples.size() + d.errors.size());
   if (rank != 0) return {};
-  std::string report = s + ": cached " + std::to_string(n) + " of " + std::to_string(N) + " items (" +
+  std::string report = s + ": cached " + std::to_string(n) + " of " + std::to_string(rows) + " records (" +
                        spec.conditioning_text + ") from " + k.dataset + " in " + k.cache + " on " +
                        std::to_string(world) + " ranks";
-  const nlohmann::json index = read_json_file(k.cache + "/index.json");
-  for (const auto& l : index.at("left_out")) report += "\n  left out: " + l.get<std::string>();
+  report += prepared_report(read_json_file(k.cache + "/index.json"));
   for (const auto& note : so.param_source->notes()) report += "\n  " + note;
   return report;
 }

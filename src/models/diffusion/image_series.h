@@ -50,6 +50,9 @@ struct ImageSeriesKeys {
   std::map<std::string, std::string> extra_from;
   // Data: a DiffSynth folder (metadata.csv: image, prompt) or a prepared cache.
   std::string dataset, cache;
+  // The metadata file (csv, json or jsonl, DiffSynth's dataset_metadata_path); empty: the
+  // folder's metadata.csv, .json or .jsonl.
+  std::string metadata;
   int64_t height = 1024, width = 1024;
   // Aspect-ratio buckets "HxW,HxW,..." (empty: every image at height x width): each image goes
   // to the bucket nearest its aspect ratio, every step's global batch comes from one bucket.

@@ -1,5 +1,6 @@
 // `zeroshard prepare` for qwen3 / qwen3_moe: the data.inputs through the run's tokenizer into the
 // indexed dataset data.output (data/token_corpus.h), each rank tokenizing its block of documents.
+#include "comm/first_error.h"
 #include "data/token_corpus.h"
 #include "models/qwen3/series_parts.h"
 #include "text/bpe_tokenizer.h"
@@ -7,7 +8,6 @@
 
 #include <torch/torch.h>
 
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -62,6 +62,10 @@ std::string prepare(const train::TrainConfig& cfg, const RendezvousInfo& rdv) {
   auto comm = make_communicator(rdv);
   const int rank = comm->rank(), world = comm->world_size();
   const int64_t documents = data::count_documents(o);
+  if (documents == 0) {
+    throw std::invalid_argument("data.inputs: " + s.inputs + ": no " +
+                                (o.kind == data::CorpusKind::Chat ? "conversation" : "document") + " to prepare (empty)");
+  }
   const int64_t begin = documents * rank / world, end = documents * (rank + 1) / world;
   const std::string part = data::part_prefix(o.output, rank, world);
   std::string error;
@@ -72,30 +76,39 @@ std::string prepare(const train::TrainConfig& cfg, const RendezvousInfo& rdv) {
     error = e.what();
     if (error.empty()) error = "prepare: rank " + std::to_string(rank) + " failed without a message";
   }
-  // Every rank learns whether any failed (a rank that threw alone would leave the others waiting).
-  at::Tensor failed = at::empty({world}, at::kLong);
-  comm->all_gather(at::tensor({static_cast<int64_t>(error.empty() ? 0 : 1)}, at::kLong), failed);
-  for (int r = 0; r < world; ++r) {
-    if (failed[r].item<int64_t>() == 0) continue;
-    // The first failing rank's message goes to every rank, so whichever rank the launcher
-    // reports names the bad record (file:line), not just "another rank failed".
-    at::Tensor size = at::tensor({static_cast<int64_t>(error.size())}, at::kLong);
-    comm->broadcast(size, r);
-    at::Tensor bytes = at::zeros({size.item<int64_t>()}, at::kByte);
-    if (rank == r) std::memcpy(bytes.data_ptr<uint8_t>(), error.data(), error.size());
-    comm->broadcast(bytes, r);
-    const std::string message(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
-    throw std::invalid_argument(rank == r ? message : message + " (rank " + std::to_string(r) + ")");
+  // Every rank learns whether any failed (a rank that threw alone would leave the others waiting),
+  // and gets the first failing rank's message: whichever rank the launcher reports names the bad
+  // record (file:line), not just "another rank failed".
+  // A failed prepare leaves nothing behind: each rank removes its part.
+  const auto remove_part = [&part] {
+    data::remove_dataset(part);
+    data::remove_dataset(part + ".loss_mask");
+    std::error_code ec;
+    fs::remove(part + ".report.json", ec);
+  };
+  if (const std::string message = first_error(*comm, error); !message.empty()) {
+    remove_part();
+    throw std::invalid_argument(message);
   }
   std::string text;
+  data::PrepareReport total;
   if (rank == 0) {
-    data::PrepareReport total;
     for (int r = 0; r < world; ++r) {
       const std::string report = data::part_prefix(o.output, r, world) + ".report.json";
       std::ifstream in(report);
       total.add(data::PrepareReport::from_json(nlohmann::json::parse(in)));
-      fs::remove(report);
     }
+    if (total.documents == 0) {
+      error = "data.inputs: " + s.inputs + ": all " + std::to_string(total.skipped) + " records are bad, nothing to prepare";
+      for (const auto& n : total.notes) error += "\n  " + n;
+    }
+  }
+  if (const std::string message = first_error(*comm, error); !message.empty()) {
+    remove_part();
+    throw std::invalid_argument(message);
+  }
+  if (rank == 0) {
+    for (int r = 0; r < world; ++r) fs::remove(data::part_prefix(o.output, r, world) + ".report.json");
     data::merge_parts(o, world, total, tok.vocab_size());
     text = "prepared " + o.output + " (" + data::corpus_kind_name(o.kind) + ", " + o.tokenizer_path + "): " +
            std::to_string(total.documents) + " " + (o.kind == data::CorpusKind::Chat ? "conversations" : "documents") +

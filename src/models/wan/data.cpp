@@ -1,12 +1,14 @@
 #include "models/wan/data.h"
 
 #include "io/safetensors.h"
+#include "models/diffusion/prepare_records.h"
 #include "nn/init.h"
 #include "zeroshard/nn/deferred.h"
 #include "zeroshard/shard.h"
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <stdexcept>
 
 namespace zeroshard::models::wan {
@@ -33,7 +35,7 @@ std::pair<at::Tensor, at::Tensor> prompt_tokens(const text::SentencePieceTokeniz
   return {ids, mask};
 }
 
-at::Tensor load_media(const WanSeriesConfig& c, const std::string& path) {
+at::Tensor load_media(const WanSeriesConfig& c, const std::string& path, nlohmann::json* info) {
   data::ImageSizeRule rule;
   rule.height = c.height;
   rule.width = c.width;
@@ -41,6 +43,11 @@ at::Tensor load_media(const WanSeriesConfig& c, const std::string& path) {
   sampling.num_frames = c.num_frames;
   const data::Clip clip = data::load_clip(path, rule, sampling);
   const int64_t T = static_cast<int64_t>(clip.frames.size());
+  if (info) {
+    *info = {{"frames", T}, {"source", std::to_string(clip.source_width) + "x" + std::to_string(clip.source_height)}};
+    if (clip.source_fps > 0) (*info)["fps"] = std::round(clip.source_fps * 1000) / 1000;
+    if (clip.source_frame_count >= 0) (*info)["source_frames"] = clip.source_frame_count;
+  }
   std::vector<float> v = data::to_cthw(clip.frames);
   return at::from_blob(v.data(), {3, T, c.height, c.width}, at::kFloat).clone();
 }
@@ -56,7 +63,7 @@ WanData::WanData(const WanSeriesConfig& c, uint64_t seed) : c_(c) {
     }
   } else {
     if (c.tokenizer.empty()) throw std::invalid_argument("wan.tokenizer: required with the towers in the loop");
-    const data::MediaDataset d = data::load_media_dataset(c.dataset);
+    const data::MediaDataset d = data::load_media_dataset(c.dataset, c.metadata);
     video_column_ = d.media_column == "video";
     for (const auto& s : d.samples) {
       prompts_.push_back(s.prompt);
@@ -96,7 +103,7 @@ std::string prepare_cache(const train::TrainConfig& cfg, const RendezvousInfo& r
   if (c.tokenizer.empty()) throw std::invalid_argument("wan.tokenizer: the umT5 spiece.model is required");
   data::MediaDatasetOptions opts;
   opts.collect_errors = c.on_bad_file == "skip";
-  const data::MediaDataset d = data::load_media_dataset(c.dataset, "", opts);
+  const data::MediaDataset d = data::load_media_dataset(c.dataset, c.metadata, opts);
   const auto tok = text::SentencePieceTokenizer::from_file(c.tokenizer);
   if (tok.vocab_size() > c.t5.vocab_size) {
     throw std::invalid_argument("wan.t5_vocab " + std::to_string(c.t5.vocab_size) + " is below the tokenizer's " +
@@ -114,39 +121,35 @@ std::string prepare_cache(const train::TrainConfig& cfg, const RendezvousInfo& r
   so.param_source = wan_initial_source(c, static_cast<uint64_t>(cfg.train.seed));
   auto sharded = fully_shard(p.ptr(), comm, so);
 
-  const int64_t N = static_cast<int64_t>(d.samples.size());
   diffusion::CacheWriter writer(c.cache, rank);
-  for (int64_t r = 0; r < diffusion::record_rounds(N, world); ++r) {
-    const int64_t record = r * world + rank;
-    const bool real = record < N;
-    const auto& s = d.samples[static_cast<size_t>(real ? record : 0)];
-    at::Tensor video;
-    bool readable = true;
-    try {
-      video = load_media(c, s.media_path);
-    } catch (const std::exception& e) {
-      if (c.on_bad_file == "stop") throw std::runtime_error(s.location + ": " + e.what());
-      if (real) writer.left_out(s.location + ": " + e.what());
-      readable = false;
-      video = at::zeros({3, 1, c.height, c.width});  // keeps this rank's tower passes in step
-    }
+  at::Tensor video;  // this rank's clip of the round
+  diffusion::RecordHandlers h;
+  h.read = [&](const data::MediaSample& s) {
+    diffusion::RecordRead read;
+    video = load_media(c, s.media_path, &read.info);
+    read.passes = WanVaeImpl::encode_chunks(video.size(1));
+    read.info["prompt_tokens"] = prompt_tokens(tok, s.prompt, c.dit.text_len).second.sum().item<int64_t>();
+    return read;
+  };
+  h.encode = [&](const data::MediaSample& s, int64_t chunks, bool stand_in) {
+    if (stand_in) video = at::zeros({3, 1, c.height, c.width});
     auto [ids, mask] = prompt_tokens(tok, s.prompt, c.dit.text_len);
-    const std::vector<at::Tensor> out = p->conditioning({video}, {ids}, {mask});
-    if (real && readable) writer.add(record, {{"latent", out[0]}, {"context", out[1]}});
-  }
+    const std::vector<at::Tensor> out = p->conditioning({video}, {ids}, {mask}, chunks);
+    return diffusion::NamedTensors{{"latent", out[0]}, {"context", out[1]}};
+  };
+  diffusion::prepare_records(*comm, d, "wan.on_bad_file", c.on_bad_file == "skip", writer, h);
   nlohmann::json meta = {{"dataset", c.dataset}, {"left_out", d.errors}};
   for (const auto& [key, value] : cache_shape(c)) meta[key] = value;
-  const int64_t n = writer.finish(*comm, kFormat, meta, [&d](int64_t record) {
-    const auto& s = d.samples[static_cast<size_t>(record)];
+  const int64_t n = writer.finish(*comm, kFormat, meta, [&d](int64_t row) {
+    const auto& s = diffusion::sample_of_row(d.samples, row);
     return nlohmann::json{{"media", s.media}, {"prompt", s.prompt}};
   });
+  const int64_t rows = static_cast<int64_t>(d.samples.size() + d.errors.size());
   if (rank != 0) return {};
-  std::string report = "wan: cached " + std::to_string(n) + " of " + std::to_string(N) +
-                       " items (VAE latents + umT5 states) from " + c.dataset + " in " + c.cache + " on " +
+  std::string report = "wan: cached " + std::to_string(n) + " of " + std::to_string(rows) +
+                       " records (VAE latents + umT5 states) from " + c.dataset + " in " + c.cache + " on " +
                        std::to_string(world) + " ranks";
-  const nlohmann::json index = diffusion::read_json_file(c.cache + "/index.json");
-  for (const auto& l : index.at("left_out")) report += "\n  left out: " + l.get<std::string>();
-  return report;
+  return report + diffusion::prepared_report(diffusion::read_json_file(c.cache + "/index.json"));
 }
 
 }  // namespace zeroshard::models::wan

@@ -13,6 +13,8 @@
 #include "text/sentencepiece_tokenizer.h"
 #include "zeroshard/comm.h"
 
+#include <nlohmann/json.hpp>
+
 #include <map>
 #include <memory>
 #include <string>
@@ -49,8 +51,9 @@ class WanData {
 // Token ids and mask [1, text_len] (int64) of a prompt, as Wan's tokenizer pads it.
 std::pair<at::Tensor, at::Tensor> prompt_tokens(const text::SentencePieceTokenizer& tok, const std::string& prompt,
                                                 int64_t text_len);
-// The clip of a media file as the config samples it: [3, T, H, W] in [-1, 1].
-at::Tensor load_media(const WanSeriesConfig& c, const std::string& path);
+// The clip of a media file as the config samples it: [3, T, H, W] in [-1, 1]. info: what was
+// read ({"frames": T, "source": "WxH", "fps": the file's, "source_frames": when known}).
+at::Tensor load_media(const WanSeriesConfig& c, const std::string& path, nlohmann::json* info = nullptr);
 
 // The towers' initial values: seeded (wan_init), or wan.vae_from / wan.text_encoder_from.
 std::shared_ptr<ParamSource> wan_initial_source(const WanSeriesConfig& c, uint64_t seed);

@@ -41,6 +41,9 @@ void WanSeriesConfig::register_keys(train::ConfigKeys& k) {
                "Wan's original names or the diffusers layout; adapters stay seeded; empty: seeded");
   k.add_string("wan.tokenizer", &tokenizer, {}, "the umT5 SentencePiece model (spiece.model) for prompts");
   k.add_string("wan.dataset", &dataset, {}, "a DiffSynth dataset folder: metadata.csv (video or image, prompt) + media");
+  k.add_string("wan.metadata", &metadata, {},
+               "the dataset's metadata file (.csv, .json or .jsonl; media paths relative to the dataset folder); "
+               "empty: the folder's metadata.csv, .json or .jsonl");
   k.add_string("wan.cache", &cache, {},
                "a conditioning cache (`zeroshard prepare` writes it): train without the towers; empty: towers in "
                "the loop");
@@ -101,11 +104,11 @@ WanPipelineImpl::WanPipelineImpl(const WanSeriesConfig& c, bool with_dit, bool w
   }
 }
 
-at::Tensor WanPipelineImpl::encode_video(const at::Tensor& video) {
+at::Tensor WanPipelineImpl::encode_video(const at::Tensor& video, int64_t chunks) {
   TORCH_CHECK(vae, "WanPipeline: built without its towers");
   torch::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
-  at::Tensor z = vae->encode(video.unsqueeze(0).to(vae->conv1->weight.scalar_type()))[0].to(at::kFloat);
+  at::Tensor z = vae->encode(video.unsqueeze(0).to(vae->conv1->weight.scalar_type()), chunks)[0].to(at::kFloat);
   towers_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return z;
 }
@@ -122,14 +125,14 @@ at::Tensor WanPipelineImpl::encode_text(const at::Tensor& ids, const at::Tensor&
 
 std::vector<at::Tensor> WanPipelineImpl::conditioning(const std::vector<at::Tensor>& videos,
                                                       const std::vector<at::Tensor>& ids,
-                                                      const std::vector<at::Tensor>& masks) {
+                                                      const std::vector<at::Tensor>& masks, int64_t vae_chunks) {
   std::vector<at::Tensor> in(videos.begin(), videos.end());
   in.insert(in.end(), ids.begin(), ids.end());
   in.insert(in.end(), masks.begin(), masks.end());
   const size_t B = videos.size();
-  return call_hooked(in, [this, B](const std::vector<at::Tensor>& x) {
+  return call_hooked(in, [this, B, vae_chunks](const std::vector<at::Tensor>& x) {
     std::vector<at::Tensor> out;
-    for (size_t i = 0; i < B; ++i) out.push_back(encode_video(x[i]));
+    for (size_t i = 0; i < B; ++i) out.push_back(encode_video(x[i], vae_chunks));
     for (size_t i = 0; i < B; ++i) out.push_back(encode_text(x[B + i], x[2 * B + i]));
     return out;
   });

@@ -43,6 +43,7 @@ struct WanSeriesConfig : train::SeriesConfigBase<WanSeriesConfig> {
   std::string dit_from;
   // Data.
   std::string dataset;  // a DiffSynth folder: metadata.csv (video or image, prompt) + media
+  std::string metadata;  // its metadata file (.csv, .json, .jsonl); empty: the folder's own
   std::string cache;    // a prepared conditioning cache; empty: towers in the loop
   int64_t height = 480, width = 832, num_frames = 81;
   std::string on_bad_file = "stop";  // prepare: stop at an unreadable file, or leave it out (listed)
@@ -80,9 +81,10 @@ class WanPipelineImpl : public nn::HookableModule {
   // noise_i - x0_i) on x_t = (1 - sigma_i) x0_i + sigma_i noise_i (plain MSE: weights of 1).
   at::Tensor loss(const WanBatch& batch);
   // The towers on samples, one at a time (what `zeroshard prepare` caches): latents, then
-  // prompt states (trimmed), B each.
+  // prompt states (trimmed), B each. vae_chunks: the VAE encoder passes per video (WanVae::encode;
+  // 0: each clip's own).
   std::vector<at::Tensor> conditioning(const std::vector<at::Tensor>& videos, const std::vector<at::Tensor>& ids,
-                                       const std::vector<at::Tensor>& masks);
+                                       const std::vector<at::Tensor>& masks, int64_t vae_chunks = 0);
   // Euler sampling (flow_match.h) from noise [B, 16, T', h, w] with classifier-free guidance
   // (cfg_scale 1: the positive prompt alone), then the VAE decoder: [B, 3, T, H, W] in [-1, 1].
   at::Tensor generate(const at::Tensor& ids, const at::Tensor& mask, const at::Tensor& neg_ids,
@@ -95,7 +97,7 @@ class WanPipelineImpl : public nn::HookableModule {
   double towers_seconds = 0.0;  // spent in the towers since the last reset
 
  private:
-  at::Tensor encode_video(const at::Tensor& video);                       // [3,T,H,W] -> [16,T',h,w]
+  at::Tensor encode_video(const at::Tensor& video, int64_t chunks = 0);   // [3,T,H,W] -> [16,T',h,w]
   at::Tensor encode_text(const at::Tensor& ids, const at::Tensor& mask);  // [1,L] -> [n, dim]
 };
 TORCH_MODULE(WanPipeline);

@@ -176,9 +176,9 @@ std::pair<torch::Tensor, torch::Tensor> WanVaeImpl::latent_scale(at::ScalarType 
   return {mean.to(dtype), inv_std.to(dtype)};
 }
 
-torch::Tensor WanVaeImpl::encode(const torch::Tensor& video) {
+torch::Tensor WanVaeImpl::encode(const torch::Tensor& video, int64_t chunks) {
   const auto [mean, inv_std] = latent_scale(video.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
-  return encode(video, mean, inv_std);
+  return encode(video, mean, inv_std, ChunkMode::Upstream, chunks);
 }
 
 torch::Tensor WanVaeImpl::decode(const torch::Tensor& z) {
@@ -187,9 +187,9 @@ torch::Tensor WanVaeImpl::decode(const torch::Tensor& z) {
 }
 
 torch::Tensor WanVaeImpl::encode(const torch::Tensor& video, const torch::Tensor& mean, const torch::Tensor& inv_std,
-                                 ChunkMode mode) {
-  return call_hooked({video, mean, inv_std}, [this, mode](const std::vector<at::Tensor>& in) {
-    return std::vector<at::Tensor>{encode_body(in[0], in[1], in[2], mode)};
+                                 ChunkMode mode, int64_t chunks) {
+  return call_hooked({video, mean, inv_std}, [this, mode, chunks](const std::vector<at::Tensor>& in) {
+    return std::vector<at::Tensor>{encode_body(in[0], in[1], in[2], mode, chunks)};
   })[0];
 }
 
@@ -211,7 +211,7 @@ at::Tensor per_channel(const at::Tensor& v, int64_t z, const std::string& what) 
 }  // namespace
 
 torch::Tensor WanVaeImpl::encode_body(const torch::Tensor& video, const torch::Tensor& mean, const torch::Tensor& inv_std,
-                                      ChunkMode mode) {
+                                      ChunkMode mode, int64_t chunks) {
   const int64_t s = config_.spatial_factor();
   if (video.dim() != 5 || video.size(1) != 3 || (video.size(2) - 1) % 4 != 0 || video.size(3) % s || video.size(4) % s) {
     throw std::invalid_argument("Wan VAE encode: video " + io::shape_text(video.sizes().vec()) +
@@ -229,6 +229,14 @@ torch::Tensor WanVaeImpl::encode_body(const torch::Tensor& video, const torch::T
       parts.push_back(encoder(video.narrow(2, t, t == 0 ? 1 : 4), &cache));
     }
     out = at::cat(parts, 2);
+    // Passes that keep this rank in step with ranks encoding longer clips; their output is dropped.
+    const at::Tensor idle = chunks > encode_chunks(video.size(2))
+                                ? at::zeros({video.size(0), 3, 4, video.size(3), video.size(4)}, video.options())
+                                : at::Tensor();
+    for (int64_t k = encode_chunks(video.size(2)); k < chunks; ++k) {
+      cache.rewind();
+      encoder(idle, &cache);
+    }
   }
   // conv1 (1x1x1) over the whole latent; mu is the first z_dim channels (log-variance dropped).
   const at::Tensor mu = conv1(out, nullptr).narrow(1, 0, config_.z_dim);

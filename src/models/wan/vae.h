@@ -154,9 +154,14 @@ class WanVaeImpl : public nn::HookableModule {
 
   // video [B, 3, 1 + 4k, H, W] in [-1, 1] (H, W multiples of the spatial factor) ->
   // normalized latent mean [B, z_dim, 1 + k', H/8, W/8]; mean / inv_std [z_dim] (gradients flow).
+  // chunks (Upstream mode): the encoder passes to run, at least the clip's own (encode_chunks);
+  // the extra ones run on zero frames after the clip and are dropped, so ranks whose clips
+  // differ in length gather their sharded units in step. The result is the clip's alone.
   torch::Tensor encode(const torch::Tensor& video, const torch::Tensor& mean, const torch::Tensor& inv_std,
-                       ChunkMode mode = ChunkMode::Upstream);
-  torch::Tensor encode(const torch::Tensor& video);  // with the config's mean and 1/std
+                       ChunkMode mode = ChunkMode::Upstream, int64_t chunks = 0);
+  torch::Tensor encode(const torch::Tensor& video, int64_t chunks = 0);  // with the config's mean and 1/std
+  // Upstream's encoder passes for a clip of `frames` = 1 + 4k frames: 1 + k.
+  static int64_t encode_chunks(int64_t frames) { return 1 + (frames - 1) / 4; }
   // z [B, z_dim, T, h, w] (normalized) -> video [B, 3, 1 + 4(T-1), 8h, 8w], not clamped.
   torch::Tensor decode(const torch::Tensor& z, const torch::Tensor& mean, const torch::Tensor& inv_std,
                        ChunkMode mode = ChunkMode::Upstream);
@@ -172,7 +177,7 @@ class WanVaeImpl : public nn::HookableModule {
 
  private:
   torch::Tensor encode_body(const torch::Tensor& video, const torch::Tensor& mean, const torch::Tensor& inv_std,
-                            ChunkMode mode);
+                            ChunkMode mode, int64_t chunks);
   torch::Tensor decode_body(const torch::Tensor& z, const torch::Tensor& mean, const torch::Tensor& inv_std,
                             ChunkMode mode);
   WanVaeConfig config_;

@@ -181,7 +181,7 @@ TEST_P(ImageSeries, APreparedCacheTrainsAsTheTowersInTheLoopAndSamplingWritesAPn
   std::string out;
   const std::string prepare = std::string(ZS_BINARY) + " prepare --nproc 2 " + towers_args() + cache_key + cache;
   ASSERT_EQ(run_command(prepare, &out), 0) << out;
-  EXPECT_NE(out.find("cached 4 of 4 items"), std::string::npos) << out;
+  EXPECT_NE(out.find("cached 4 of 4 records"), std::string::npos) << out;
   ASSERT_TRUE(fs::exists(cache + "/index.json"));
 
   // Micro-batches of 2 (prompts of different lengths, padded with their masks where the series

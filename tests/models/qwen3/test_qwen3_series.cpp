@@ -111,6 +111,36 @@ TEST(Qwen3Series, PrepareIsIndependentOfTheRankCountAndNamesBadRecords) {
   // A tokenizer with more ids than the model has embedding rows.
   EXPECT_NE(prepare("--set model.vocab_size=300 --set data.output=" + dir + "/v", 1, &out), 0);
   EXPECT_NE(out.find("model.vocab_size"), std::string::npos) << out;
+
+  // Skip mode with an invalid UTF-8 byte in a record: skipped and named by file:line, the report
+  // stays JSON; the other records are prepared.
+  std::ofstream(dir + "/utf8.jsonl") << "{\"text\": \"fine\"}\n{\"text\": \"bad \xff byte\"}\n{\"text\": \"also fine\"}\n";
+  for (int world : {1, 2}) {
+    ASSERT_EQ(prepare("--set data.on_bad_record=skip --set data.inputs=" + dir + "/utf8.jsonl --set data.output=" + dir +
+                          "/utf8_" + std::to_string(world),
+                      world, &out),
+              0)
+        << out;
+    EXPECT_NE(out.find("2 documents"), std::string::npos) << out;
+    EXPECT_NE(out.find("utf8.jsonl:2"), std::string::npos) << out;
+  }
+  // An empty file and a file of bad records only: refused at prepare naming the file, nothing left.
+  std::ofstream(dir + "/empty.jsonl") << "";
+  std::ofstream(dir + "/allbad.jsonl") << "{not json\n[1]\n";
+  for (const char* name : {"empty", "allbad"}) {
+    for (int world : {1, 2}) {
+      const std::string output = dir + "/out_" + name + std::to_string(world);
+      EXPECT_NE(prepare(std::string("--set data.on_bad_record=skip --set data.inputs=") + dir + "/" + name +
+                            ".jsonl --set data.output=" + output,
+                        world, &out),
+                0)
+          << out;
+      EXPECT_NE(out.find(dir + "/" + name + ".jsonl"), std::string::npos) << out;
+      for (const auto& e : fs::directory_iterator(dir)) {
+        EXPECT_EQ(e.path().filename().string().rfind("out_", 0), std::string::npos) << "left behind: " << e.path();
+      }
+    }
+  }
 }
 
 TEST(Qwen3Series, FourStrategiesAgreeBitwiseAtW3) {

@@ -88,7 +88,7 @@ TEST(WanSeries, APreparedCacheTrainsAsTheTowersInTheLoopAndSamplingWritesClips) 
   const std::string prepare = std::string(ZS_BINARY) + " prepare --nproc 2 " + towers_args() +
                               " --set wan.cache=" + cache;
   ASSERT_EQ(run_command(prepare, &out), 0) << out;
-  EXPECT_NE(out.find("cached 3 of 3 items"), std::string::npos) << out;
+  EXPECT_NE(out.find("cached 3 of 3 records"), std::string::npos) << out;
   ASSERT_TRUE(fs::exists(cache + "/index.json"));
 
   const std::string steps = " --set train.steps=3 --set train.grad_accum=2";

@@ -131,7 +131,7 @@ TEST(ZImageSeries, PreparedBucketsTrainAsTheTowersInTheLoop) {
   std::string out;
   ASSERT_EQ(run_command(std::string(ZS_BINARY) + " prepare --nproc 2 " + args + " --set z_image.cache=" + cache, &out), 0)
       << out;
-  EXPECT_NE(out.find("cached 5 of 5 items"), std::string::npos) << out;
+  EXPECT_NE(out.find("cached 5 of 5 records"), std::string::npos) << out;
   const std::string steps = " --set train.steps=4 --set train.micro_batch_size=2";
   TrainRun towers = train_series(args + steps, 2, "z_image_prep_buckets_towers");
   ASSERT_EQ(towers.exit_code, 0) << towers.output;

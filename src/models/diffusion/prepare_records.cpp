@@ -1,0 +1,86 @@
+#include "models/diffusion/prepare_records.h"
+
+#include "comm/first_error.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+namespace zeroshard::models::diffusion {
+
+const data::MediaSample& sample_of_row(const std::vector<data::MediaSample>& samples, int64_t row) {
+  const auto it = std::lower_bound(samples.begin(), samples.end(), row,
+                                   [](const data::MediaSample& s, int64_t r) { return s.row < r; });
+  if (it == samples.end() || it->row != row) throw std::out_of_range("no sample of metadata row " + std::to_string(row));
+  return *it;
+}
+
+std::string prepared_report(const nlohmann::json& index, size_t max_items) {
+  std::string text;
+  std::map<std::string, int64_t> groups;
+  const std::string group_key = !index.at("items").empty() && index.at("items")[0].contains("bucket") ? "bucket" : "frames";
+  size_t shown = 0;
+  for (const auto& item : index.at("items")) {
+    if (item.contains(group_key)) groups[item.at(group_key).dump()] += 1;
+    if (shown++ >= max_items) continue;
+    text += "\n  row " + std::to_string(item.at("record").get<int64_t>()) + " " + item.value("media", std::string()) + ":";
+    std::string sep = " ";
+    for (auto it = item.begin(); it != item.end(); ++it) {
+      if (it.key() == "shard" || it.key() == "record" || it.key() == "media" || it.key() == "prompt") continue;
+      text += sep + it.key() + " " + (it->is_string() ? it->get<std::string>() : it->dump());
+      sep = ", ";
+    }
+  }
+  if (shown > max_items) text += "\n  ... " + std::to_string(shown - max_items) + " more items (index.json lists them all)";
+  for (const auto& [value, n] : groups) text += "\n  " + group_key + " " + value + ": " + std::to_string(n) + " items";
+  for (const auto& l : index.at("left_out")) text += "\n  left out: " + l.get<std::string>();
+  return text;
+}
+
+void prepare_records(Communicator& comm, const data::MediaDataset& dataset, const std::string& skip_key,
+                     bool skip, CacheWriter& writer, const RecordHandlers& handlers) {
+  const std::vector<data::MediaSample>& samples = dataset.samples;
+  if (samples.empty()) {
+    std::string why = dataset.metadata_path + ": no record to prepare";
+    if (!dataset.errors.empty()) why += " (" + std::to_string(dataset.errors.size()) + " left out):";
+    for (size_t i = 0; i < dataset.errors.size() && i < 20; ++i) why += "\n  " + dataset.errors[i];
+    throw std::invalid_argument(why);
+  }
+  const int rank = comm.rank(), world = comm.world_size();
+  const int64_t N = static_cast<int64_t>(samples.size());
+  for (int64_t r = 0; r < record_rounds(N, world); ++r) {
+    const int64_t record = r * world + rank;
+    const bool real = record < N;
+    const data::MediaSample& sample = samples[static_cast<size_t>(real ? record : 0)];
+    std::string error;
+    RecordRead read;
+    if (real) {
+      try {
+        read = handlers.read(sample);
+      } catch (const std::exception& e) {
+        error = sample.location + ": " + e.what();
+        if (error.size() == sample.location.size() + 2) error += "unreadable";
+      }
+    }
+    // Every rank's (bad, passes): one fixed-size gather, so no rank waits on a rank that stopped.
+    at::Tensor all = at::empty({2 * world}, at::kLong);
+    comm.all_gather(at::tensor({static_cast<int64_t>(error.empty() ? 0 : 1), read.passes}, at::kLong), all);
+    const int64_t* a = all.data_ptr<int64_t>();
+    bool any_bad = false;
+    int64_t round_passes = 1;
+    for (int q = 0; q < world; ++q) {
+      any_bad = any_bad || a[2 * q] != 0;
+      if (a[2 * q] == 0) round_passes = std::max(round_passes, a[2 * q + 1]);
+    }
+    if (any_bad && !skip) {
+      const std::string message = first_error(comm, error);
+      throw std::runtime_error(message + " (prepare stops at the first bad record; " + skip_key + "=skip leaves such records out and lists them)");
+    }
+    if (!error.empty()) writer.left_out(sample.row, error);
+    const bool stand_in = !real || !error.empty();
+    NamedTensors out = handlers.encode(sample, round_passes, stand_in);
+    if (!stand_in) writer.add(sample.row, std::move(out), std::move(read.info));
+  }
+}
+
+}  // namespace zeroshard::models::diffusion
