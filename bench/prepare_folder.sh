@@ -49,7 +49,7 @@ fi
 rm -rf "$OUT/cache"
 start=$(date +%s%N)
 $B prepare --config configs/wan/base.yaml --nproc 2 --set wan.dataset="$OUT/data" --set wan.tokenizer="$OUT/spm.model" \
-  --set wan.num_frames=13 --set wan.on_bad_file=skip --set parallel.strategy=optim_grads_params \
+  --set wan.cache="$OUT/cache" --set wan.num_frames=13 --set wan.on_bad_file=skip --set parallel.strategy=optim_grads_params \
   --set run.progress=false > "$OUT/prepare.log"
 ms=$((($(date +%s%N) - start) / 1000000))
 head -1 "$OUT/prepare.log"
