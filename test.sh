@@ -6,4 +6,5 @@ scripts/install_deps.sh
 scripts/install_test_deps.sh
 scripts/build.sh
 cd build
-ctest --output-on-failure --timeout 900 "$@"
+# Two slots: tests that start rank processes take both (tests/CMakeLists.txt, PROCESSORS 2).
+ctest --output-on-failure --timeout 900 -j2 "$@"
