@@ -31,7 +31,7 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { driverLine, referenceText } from "./parity_corpus.mjs";
+import { compareWithReferences, driverLine, firstDiff, show } from "./parity_corpus.mjs";
 import { towerCorpus } from "./tower_corpus.mjs";
 
 const require = createRequire(import.meta.url);
@@ -109,12 +109,6 @@ export function clipCases() {
     "a".repeat(300), "Supercalifragilisticexpialidocious ".repeat(20), "   ", "", "\n\n\n", "A\u030aB"];
 }
 
-function firstDiff(a, b) {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return i;
-  return a.length === b.length ? -1 : n;
-}
-
 function runDriver(driver, dir, lines, extra) {
   const work = mkdtempSync(join(tmpdir(), "zs-clip-parity-"));
   const inPath = join(work, "in.jsonl"), outPath = join(work, "out.jsonl"), decPath = join(work, "decoded.jsonl");
@@ -144,7 +138,6 @@ export function transformersClipDecode(rawDecoded, config) {
   return config.clean_up_tokenization_spaces ? cleanUp(t) : t;
 }
 
-const show = (s, n = 160) => JSON.stringify(s.length > n ? s.slice(0, n) + "…" : s);
 
 async function main() {
   const args = { count: 2400, strict: "hf-rust,hf-rust-file", driver: null, dir: null, selfTest: false };
@@ -203,21 +196,8 @@ async function main() {
       ours[k][2] += 1;
       console.log(`self-test: planted a wrong id in text ${k}`);
     }
-    for (const [name, ref] of Object.entries(refs)) {
-      const bad = [];
-      for (let i = 0; i < corpus.length; i++) {
-        const ids = await ref.encode(referenceText(corpus[i]), special);
-        if (firstDiff(ours[i], ids) >= 0) bad.push([i, ids]);
-      }
-      const badCats = {};
-      for (const [i] of bad) badCats[corpus[i].cat] = (badCats[corpus[i].cat] || 0) + 1;
-      const tag = strict.has(name) ? "strict" : "informational";
-      console.log(`${name} (${tag}, add_special_tokens=${special}): ${corpus.length - bad.length}/${corpus.length} identical, ${bad.length} mismatches ${bad.length ? JSON.stringify(badCats) : ""}`);
-      for (const [i, ids] of bad.slice(0, 4)) {
-        const d = firstDiff(ours[i], ids);
-        console.log(`  text ${i} [${corpus[i].cat}] ${show(referenceText(corpus[i]))}\n    first difference at token ${d}: ours ${JSON.stringify(ours[i].slice(d, d + 6))} vs ${name} ${JSON.stringify(ids.slice(d, d + 6))}`);
-      }
-      if (strict.has(name) && bad.length) failures++;
+    for (const [name, n] of Object.entries(await compareWithReferences(corpus, ours, refs, strict, special))) {
+      if (strict.has(name) && n) failures++;
     }
     // Our decode of our ids against transformers' CLIPTokenizerFast.decode of them.
     const cfgPath = join(args.dir, "tokenizer_config.json");

@@ -36,7 +36,7 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { driverLine, mulberry32, referenceText } from "./parity_corpus.mjs";
+import { compareWithReferences, driverLine, firstDiff, mulberry32, referenceText, show } from "./parity_corpus.mjs";
 import { towerCorpus } from "./tower_corpus.mjs";
 import { MISTRAL_EXPECTED, RELEASED_SMALL31_PATTERN, TEKKEN_PATTERN, TEKKEN_V7_SPECIALS, writeMistral } from "./make_release_tokenizers.mjs";
 
@@ -140,12 +140,6 @@ export async function mistralReferences(dir) {
   return refs;
 }
 
-function firstDiff(a, b) {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return i;
-  return a.length === b.length ? -1 : n;
-}
-
 function runDriver(driver, dir, lines, extra) {
   const work = mkdtempSync(join(tmpdir(), "zs-mistral-parity-"));
   const inPath = join(work, "in.jsonl"), outPath = join(work, "out.jsonl"), decPath = join(work, "decoded.jsonl");
@@ -160,7 +154,6 @@ function runDriver(driver, dir, lines, extra) {
   }
 }
 
-const show = (s, n = 160) => JSON.stringify(s.length > n ? s.slice(0, n) + "…" : s);
 
 async function main() {
   const t0 = Date.now();
@@ -240,23 +233,10 @@ async function compare(args) {
       ours[k][2] += 1;
       console.log(`self-test: planted a wrong id in text ${k}`);
     }
-    for (const [name, ref] of Object.entries(refs)) {
-      const bad = [];
-      for (let i = 0; i < corpus.length; i++) {
-        const ids = await ref.encode(referenceText(corpus[i]), special);
-        if (firstDiff(ours[i], ids) >= 0) bad.push([i, ids]);
-      }
-      const badCats = {};
-      for (const [i] of bad) badCats[corpus[i].cat] = (badCats[corpus[i].cat] || 0) + 1;
-      const tag = strict.has(name) ? "strict" : "informational";
-      console.log(`${name} (${tag}, add_special_tokens=${special}): ${corpus.length - bad.length}/${corpus.length} identical, ${bad.length} mismatches ${bad.length ? JSON.stringify(badCats) : ""}`);
-      for (const [i, ids] of bad.slice(0, 4)) {
-        const d = firstDiff(ours[i], ids);
-        console.log(`  text ${i} [${corpus[i].cat}] ${show(referenceText(corpus[i]))}\n    first difference at token ${d}: ours ${JSON.stringify(ours[i].slice(d, d + 6))} vs ${name} ${JSON.stringify(ids.slice(d, d + 6))}`);
-      }
+    for (const [name, n] of Object.entries(await compareWithReferences(corpus, ours, refs, strict, special))) {
       if (strict.has(name)) {
-        summary.push(bad.length);
-        if (bad.length) failures++;
+        summary.push(n);
+        if (n) failures++;
       }
     }
     // Our decode of our ids against hf-rust's decode of them (special tokens kept, as

@@ -165,3 +165,37 @@ export function referenceText(item) {
 export function driverLine(item) {
   return item.bytes ? JSON.stringify({ bytes: Array.from(item.bytes) }) : JSON.stringify(item.text);
 }
+
+// Index of the first token where id lists a and b differ, or -1 when they are equal.
+export function firstDiff(a, b) {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return i;
+  return a.length === b.length ? -1 : n;
+}
+
+// A text for a log line: JSON-quoted, cut at n characters.
+export const show = (s, n = 160) => JSON.stringify(s.length > n ? s.slice(0, n) + "…" : s);
+
+// Our ids (ours[i] for corpus[i]) against each reference's encode(text, special): one line per
+// reference, tagged strict or informational, with up to 4 differing texts. Returns
+// {reference name: mismatches}.
+export async function compareWithReferences(corpus, ours, refs, strict, special) {
+  const mismatches = {};
+  for (const [name, ref] of Object.entries(refs)) {
+    const bad = [];
+    for (let i = 0; i < corpus.length; i++) {
+      const ids = await ref.encode(referenceText(corpus[i]), special);
+      if (firstDiff(ours[i], ids) >= 0) bad.push([i, ids]);
+    }
+    const badCats = {};
+    for (const [i] of bad) badCats[corpus[i].cat] = (badCats[corpus[i].cat] || 0) + 1;
+    const tag = strict.has(name) ? "strict" : "informational";
+    console.log(`${name} (${tag}, add_special_tokens=${special}): ${corpus.length - bad.length}/${corpus.length} identical, ${bad.length} mismatches ${bad.length ? JSON.stringify(badCats) : ""}`);
+    for (const [i, ids] of bad.slice(0, 4)) {
+      const d = firstDiff(ours[i], ids);
+      console.log(`  text ${i} [${corpus[i].cat}] ${show(referenceText(corpus[i]))}\n    first difference at token ${d}: ours ${JSON.stringify(ours[i].slice(d, d + 6))} vs ${name} ${JSON.stringify(ids.slice(d, d + 6))}`);
+    }
+    mismatches[name] = bad.length;
+  }
+  return mismatches;
+}

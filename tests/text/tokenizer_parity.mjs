@@ -23,7 +23,7 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { driverLine, makeCorpus, referenceText } from "./parity_corpus.mjs";
+import { driverLine, firstDiff, makeCorpus, referenceText, show } from "./parity_corpus.mjs";
 import { chatCases, renderChat } from "./chat_cases.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -73,14 +73,6 @@ function segmentNormalizer(dir) {
   const contents = tj.added_tokens.map((t) => t.content).sort((a, b) => b.length - a.length);
   const re = new RegExp("(" + contents.map((c) => c.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("|") + ")");
   return (text) => (form === null ? text : text.split(re).map((p, k) => (k % 2 ? p : p.normalize(form))).join(""));
-}
-
-const show = (s, n = 160) => JSON.stringify(s.length > n ? s.slice(0, n) + "…" : s);
-
-function firstDiff(a, b) {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return i;
-  return a.length === b.length ? -1 : n;
 }
 
 function runDriver(driver, lines, extraArgs, dir) {
