@@ -156,6 +156,10 @@ std::string make_captioned_images(const std::string& tag) {
   return d;
 }
 
+const std::vector<std::string> kClipCaptionWords = {"a",      "video", "of",    "the",  "cat",  "walking",
+                                                    "on",     "beach", "sunset", "camera", "slowly", "pans",
+                                                    "red",    "blue",  "green", "dog",  "running", "field"};
+
 std::string train_tiny_spm(const std::string& dir, const std::vector<std::string>& words) {
   {
     std::ofstream corpus(dir + "/corpus.txt");

@@ -69,6 +69,8 @@ std::string make_captioned_images(const std::string& tag);
 // A tiny SentencePiece model with T5's special ids (pad 0, eos 1, unk 2, no bos), trained by
 // Debian's spm_train on 300 lines of the words in `dir`/corpus.txt. Returns <dir>/spm.model.
 std::string train_tiny_spm(const std::string& dir, const std::vector<std::string>& words);
+// The words of the wan tests' clip captions (their tiny SentencePiece model is trained on them).
+extern const std::vector<std::string> kClipCaptionWords;
 
 // "Resuming mid-run is exact": `args` trained 4 steps at W = 2 with a save at step 2, then again
 // from that checkpoint; the resumed run's losses and gradient norms must be the full run's last

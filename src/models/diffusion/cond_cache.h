@@ -41,6 +41,7 @@ int64_t record_rounds(int64_t records, int world);
 
 class CacheWriter {
  public:
+  // Refuses a `dir` that exists and is neither empty nor a cache (finish replaces it).
   CacheWriter(std::string dir, int rank);
   // A record this rank encoded: its tensors (stored float32 as "<name>.<record>") and what the
   // item's entry in index.json shows of it (frames, sizes, prompt tokens: the series says).

@@ -254,6 +254,7 @@ std::string prepare(const ImageSeriesSpec& spec, const train::TrainConfig& cfg, 
   const data::MediaDataset d = load_captioned_images(k.dataset, k.metadata, s + ".dataset", k.on_bad_file == "skip");
   const auto sizes = k.bucket_sizes(s);
 
+  CacheWriter writer(k.cache, rdv.rank);  // refuses a folder it must not replace, before the towers
   auto comm = make_communicator(rdv);
   const int rank = comm->rank(), world = comm->world_size();
   std::shared_ptr<ImagePipelineImpl> p;
@@ -268,7 +269,6 @@ std::string prepare(const ImageSeriesSpec& spec, const train::TrainConfig& cfg, 
       false, true);
   auto sharded = fully_shard(p, comm, so);
 
-  CacheWriter writer(k.cache, rank);
   at::Tensor image;  // this rank's image of the round
   RecordHandlers h;
   h.read = [&](const data::MediaSample& sample) {

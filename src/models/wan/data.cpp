@@ -110,6 +110,7 @@ std::string prepare_cache(const train::TrainConfig& cfg, const RendezvousInfo& r
                                 std::to_string(tok.vocab_size()) + " (" + c.tokenizer + ")");
   }
 
+  diffusion::CacheWriter writer(c.cache, rdv.rank);  // refuses a folder it must not replace, before the towers
   auto comm = make_communicator(rdv);
   const int rank = comm->rank(), world = comm->world_size();
   WanPipeline p{nullptr};
@@ -121,7 +122,6 @@ std::string prepare_cache(const train::TrainConfig& cfg, const RendezvousInfo& r
   so.param_source = wan_initial_source(c, static_cast<uint64_t>(cfg.train.seed));
   auto sharded = fully_shard(p.ptr(), comm, so);
 
-  diffusion::CacheWriter writer(c.cache, rank);
   at::Tensor video;  // this rank's clip of the round
   diffusion::RecordHandlers h;
   h.read = [&](const data::MediaSample& s) {

@@ -41,8 +41,7 @@ const Folder& folder() {
     d.faults = d.dir + "/faults";
     fs::create_directories(d.clips);
     fs::create_directories(d.faults);
-    d.spm = train_tiny_spm(d.dir, {"a", "video", "of", "the", "cat", "walking", "on", "beach", "sunset", "camera", "slowly",
-                                   "pans", "red", "blue", "green", "dog", "running", "field"});
+    d.spm = train_tiny_spm(d.dir, kClipCaptionWords);
     const std::string q = " > /dev/null 2>&1";
     const std::string ff = "ffmpeg -loglevel error -y -f lavfi -i ";
     run_ok(ff + "testsrc=size=48x40:rate=8 -frames:v 17 -pix_fmt yuv420p " + d.clips + "/long.mp4" + q);
@@ -240,6 +239,13 @@ TEST(WanDatasets, AFolderWithNoReadableRowIsRefusedNamingItsMetadata) {
     EXPECT_NE(out.find("metadata.csv:3"), std::string::npos) << out;
     EXPECT_FALSE(fs::exists(cache)) << out;
     EXPECT_FALSE(fs::exists(cache + ".partial")) << out;
+  }
+  // A cache folder that is not a cache (here the dataset's own folder) is refused, not replaced.
+  {
+    std::string out;
+    EXPECT_NE(run_command(prepare_command(folder().clips, folder().clips, 2, "optim_grads_params"), &out), 0) << out;
+    EXPECT_NE(out.find("is not a conditioning cache"), std::string::npos) << out;
+    EXPECT_TRUE(fs::exists(folder().clips + "/metadata.csv") && fs::exists(folder().clips + "/long.mp4")) << out;
   }
   // An empty metadata file: refused at prepare, naming it.
   std::ofstream(dir + "/metadata.csv") << "video,prompt\n";

@@ -38,8 +38,7 @@ const Folder& folder() {
     fs::create_directories(d.videos);
     fs::create_directories(d.images);
     const std::string q = " > /dev/null 2>&1";
-    d.spm = train_tiny_spm(d.dir, {"a", "video", "of", "the", "cat", "walking", "on", "beach", "sunset", "camera", "slowly",
-                                   "pans", "red", "blue", "green", "dog", "running", "field"});
+    d.spm = train_tiny_spm(d.dir, kClipCaptionWords);
     const std::string ff = "ffmpeg -loglevel error -y -f lavfi -i ";
     run_ok(ff + "testsrc=size=48x40:rate=8 -frames:v 9 -pix_fmt yuv420p " + d.videos + "/a.mp4" + q);
     run_ok(ff + "mandelbrot=size=40x40:rate=8 -frames:v 12 -pix_fmt yuv420p " + d.videos + "/b.mp4" + q);
