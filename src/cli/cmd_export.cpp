@@ -9,6 +9,7 @@
 #include "train/config.h"
 
 #include <cstdio>
+#include <filesystem>
 
 namespace zeroshard::cli {
 
@@ -76,6 +77,9 @@ Command add_export(CLI::App& app) {
               const std::string root = series.empty() ? std::string() : models::find_series(series).adapter_root;
               files = ckpt::export_peft_adapter(dir, a->out, root, dtype);
             } else {
+              // OUT's folder is made as needed (out/model.safetensors, as the README shows it).
+              const std::filesystem::path parent = std::filesystem::path(a->out).parent_path();
+              if (!parent.empty()) std::filesystem::create_directories(parent);
               files = ckpt::export_safetensors(dir, a->out, dtype, a->state,
                                                static_cast<uint64_t>(a->max_file_mb * 1024 * 1024), a->trainable_only,
                                                a->merge_lora);

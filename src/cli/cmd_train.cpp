@@ -2,16 +2,61 @@
 #include "cli/command.h"
 #include "cli/foreign_args.h"
 #include "cli/launch_or_run.h"
+#include "models/series.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
+#include <cstdio>
+
 namespace zeroshard::cli {
+namespace {
+
+// `word` as one word of a POSIX shell command line.
+std::string shell_word(const std::string& word) {
+  const bool plain = !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                              "0123456789_./=:,+-@%") == std::string::npos;
+  if (plain) return word;
+  std::string out = "'";
+  for (char ch : word) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+// The `prepare` command that writes what this train command would read: the same config and
+// --set values (train.resume aside), the same --nproc.
+std::string prepare_command(const std::string& config_path, const std::vector<std::string>& sets, int nproc) {
+  std::string cmd = shell_word(program_name()) + " prepare";
+  if (!config_path.empty()) cmd += " --config " + shell_word(config_path);
+  for (const auto& s : sets) {
+    if (s.rfind("train.resume=", 0) != 0) cmd += " --set " + shell_word(s);
+  }
+  if (nproc > 1) cmd += " --nproc " + std::to_string(nproc);
+  return cmd;
+}
+
+// `train --dry-run`: the job in one line, then what the series reads (Series::dry_run).
+int dry_run(const train::TrainConfig& cfg, int world) {
+  const train::TrainSection& t = cfg.train;
+  std::printf("dry run: model.series %s, %d rank%s, %s, %lld steps of %lld samples (%lld per micro-batch x %d rank%s x "
+              "%lld accumulated)\n",
+              cfg.series.c_str(), world, world == 1 ? "" : "s", strategy_name(cfg.parallel.strategy).c_str(),
+              static_cast<long long>(t.steps), static_cast<long long>(t.micro_batch_size * world * t.grad_accum),
+              static_cast<long long>(t.micro_batch_size), world, world == 1 ? "" : "s", static_cast<long long>(t.grad_accum));
+  std::fflush(stdout);  // before the report, which an error prints on stderr
+  const models::Series& series = models::find_series(cfg.series);
+  const std::string text = series.dry_run ? series.dry_run(cfg)
+                                          : "model.series " + cfg.series + " generates its data (nothing to read)";
+  std::printf("%s\n", text.c_str());
+  return 0;
+}
+
+}  // namespace
 
 Command add_train(CLI::App& app) {
   struct Args {
     std::string config_path, resume;
     std::vector<std::string> overrides;
     int nproc = 1;
+    bool dry_run = false;
     CLI::Option* nproc_option = nullptr;
     ForeignArgs foreign;
   };
@@ -27,6 +72,9 @@ Command add_train(CLI::App& app) {
   sub->add_option("--resume", a->resume,
                   "Continue from a checkpoint: its folder, a checkpoints folder or a run folder (uses `latest`); "
                   "same as --set train.resume=PATH");
+  sub->add_flag("--dry-run", a->dry_run,
+                "Check the config and read the data as training would, item by item (file, what was read of it, "
+                "its bucket, kept or why not); start no rank, train nothing");
   a->foreign.add_to(sub);
   return {sub, [a] {
             const train::ForeignConfig foreign = a->foreign.read();
@@ -40,9 +88,18 @@ Command add_train(CLI::App& app) {
             const bool joined = joins_job(nproc);
             // Validate everything before any rank starts.
             train::TrainConfig cfg = train::load_config_sourced(a->config_path, overrides);
+            if (const auto& unprepared = models::find_series(cfg.series).unprepared) {
+              const std::string missing = unprepared(cfg);
+              if (!missing.empty()) {
+                throw std::invalid_argument(missing + "; write it first with\n  " +
+                                            prepare_command(a->config_path, a->overrides, nproc) +
+                                            "\nthen run this command again");
+              }
+            }
             {
               train::TrainConfig sized = cfg;  // the ranks apply it again
               train::apply_world_size(sized, job_world_size(nproc), job_local_world_size(nproc));
+              if (a->dry_run) return dry_run(sized, job_world_size(nproc));
             }
             std::vector<std::string> extra;  // what the launched ranks must agree on
             if (!joined && !cfg.train.resume.empty()) {

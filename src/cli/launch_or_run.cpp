@@ -23,6 +23,8 @@ void set_command_line(int argc, char** argv) {
   g_args.assign(argv + 1, argv + argc);
 }
 
+const std::string& program_name() { return g_argv0; }
+
 void prepare_compute_process() {
   std::vector<char*> argv;
   argv.push_back(g_argv0.data());

@@ -16,6 +16,9 @@ namespace zeroshard::cli {
 // The command line main() was given (argv[1..]), for re-launching it on local ranks.
 void set_command_line(int argc, char** argv);
 
+// The program as main() was invoked (argv[0]), for printing a command the user can run.
+const std::string& program_name();
+
 // Before this process computes: re-executes main's command line under the compute threads'
 // environment (thread_env.h) unless that was done. Commands that compute much outside
 // launch_or_run call it first; launch_or_run calls it where it runs the body in this process.

@@ -254,6 +254,11 @@ MediaDataset load_media_dataset(const std::string& folder, const std::string& me
         if (non_string) {
           errors.report(rec.location + ": column '" + k + "': expected a string, got " + v);
           bad = true;
+        } else if (v.find_first_not_of(" \t\r\n") == std::string::npos) {
+          // Every series here trains on text conditioning: a caption-less row is a data fault
+          // (often a CSV row whose prompt went into another cell), not an unconditional sample.
+          errors.report(rec.location + ": column '" + k + "': empty prompt");
+          bad = true;
         }
         s.prompt = v;
       } else {

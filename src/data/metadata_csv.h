@@ -12,7 +12,7 @@
 //
 // Stricter than pandas, so that nothing is silently wrong: a row with more or fewer fields
 // than the header, an unterminated quote, text after a closing quote, a duplicate or empty
-// column name, an empty media cell, or (check_files) a media file that does not exist is an
+// column name, an empty media cell, an empty (or blank) prompt, or (check_files) a media file that does not exist is an
 // error naming file:line (CSV, JSONL) or file item N (JSON) and the column. By default the
 // first bad row throws — except missing files, which are all listed in one message; with
 // collect_errors every bad row is recorded in `errors` and left out of `samples`.

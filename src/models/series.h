@@ -78,6 +78,16 @@ struct Series {
   // a pipeline's frozen towers once into a conditioning cache that training then reads without
   // them). Returns what rank 0 prints. Empty: nothing to prepare.
   std::function<std::string(const train::TrainConfig&, const RendezvousInfo&)> prepare;
+  // `zeroshard train`: what this config's training reads that `prepare` with the same config
+  // writes, when it is missing: one sentence naming the key and the file. Empty when it is there
+  // (or the config reads no prepared data). train then refuses to start, printing the prepare
+  // command. Empty function: the series reads no prepared data.
+  std::function<std::string(const train::TrainConfig&)> unprepared;
+  // `zeroshard train --dry-run`: what training would read, item by item (file, what was read of
+  // it, its bucket, kept or why not), without building the model or starting ranks. Throws
+  // std::invalid_argument when training would stop on the data (a bad row in stop mode).
+  // Empty function: the series generates its data (nothing to read).
+  std::function<std::string(const train::TrainConfig&)> dry_run;
   // `zeroshard export --format hf`: the checkpoint as a Hugging Face folder (config.json, sharded
   // safetensors + index, generation_config.json, the tokenizer files); returns the files
   // written. Empty: the series has no Hugging Face form. cfg is the checkpoint's model.

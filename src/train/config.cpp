@@ -43,7 +43,7 @@ ConfigKeys config_keys(TrainConfig& c) {
   for (const auto& s : models::all_series()) series_names.push_back(s.name);
   // model.series is read before the other keys (it decides which keys exist): see load_config.
   k.add_string("model.series", &c.series, series_names, "the model series (src/models/<series>/)");
-  k.add_string("model.init_from", &c.init_from, {},
+  k.add_path("model.init_from", &c.init_from,
                "a safetensors file (or index) or a torch.save state dict (.pth) with every parameter; LoRA: every base parameter");
   k.add_enum<FrozenStorage>("model.frozen_storage", &c.frozen_storage,
                             {{"memory", FrozenStorage::Memory}, {"file", FrozenStorage::File}},
@@ -79,12 +79,12 @@ ConfigKeys config_keys(TrainConfig& c) {
   k.add_enum<OnNonfinite>("train.on_nonfinite", &t.on_nonfinite,
                           {{"abort", OnNonfinite::Abort}, {"skip", OnNonfinite::Skip}},
                           "a NaN/Inf loss or gradient norm: stop every rank, or skip the step on all");
-  k.add_string("train.resume", &t.resume, {}, "a checkpoint, checkpoints folder or run folder to continue from");
+  k.add_path("train.resume", &t.resume, "a checkpoint, checkpoints folder or run folder to continue from");
 
   k.add_int("lora.rank", &c.lora.rank, 0, 1 << 16, "LoRA rank; 0: off (full training)");
   k.add_float("lora.alpha", &c.lora.alpha, 0.0, 1e6, "LoRA alpha (the adapter is scaled by alpha / rank)");
   k.add_string("lora.targets", &c.lora.targets, {}, "comma-separated Linear layers to adapt: a last name component (wq) or the last components (ffn.0)");
-  k.add_string("lora.init_from", &c.lora.init_from, {},
+  k.add_path("lora.init_from", &c.lora.init_from,
                "a PEFT adapter (folder with adapter_config.json, or its adapter_model.safetensors) to continue from");
 
   const std::vector<std::pair<std::string, DType>> dtypes = {{"fp32", DType::FP32}, {"bf16", DType::BF16}};
@@ -118,7 +118,7 @@ ConfigKeys config_keys(TrainConfig& c) {
 
   k.add_int("data.seed", &c.data.seed, 0, std::numeric_limits<int64_t>::max(), "seed of the data order and noise");
 
-  k.add_string("run.dir", &c.run.dir, {}, "the run folder; default runs/<config>-<timestamp>");
+  k.add_path("run.dir", &c.run.dir, "the run folder; default runs/<config>-<timestamp>");
   k.add_bool("run.overwrite", &c.run.overwrite,
              "start over in a run.dir that holds an earlier run's results, removing them (else --resume)");
   k.add_bool("run.tensorboard", &c.run.tensorboard, "write TensorBoard event files (the metrics.jsonl scalars)");
@@ -283,7 +283,9 @@ TrainConfig load_config_sourced(const std::string& path, const std::vector<Confi
     const ConfigKey* key = keys.find(it.key);
     if (key == nullptr) unknown_key(keys, c, it.key, it.value, where);
     try {
-      key->set(it.value);
+      // A path written in a config file is relative to that file's folder; one given by --set, to
+      // the working directory (docs/configs.md).
+      key->set(it.level == 1 ? resolve_config_paths(*key, it.value, it.source) : it.value);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(where + (where == "--set" ? " " : ": ") + it.key + ": " + e.what() + " (expected " +
                                   key->allowed + ")");

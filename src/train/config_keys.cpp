@@ -1,7 +1,11 @@
 #include "train/config_keys.h"
 
+#include "util/text.h"
+
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <stdexcept>
 
@@ -87,6 +91,30 @@ void ConfigKeys::add_custom(const std::string& name, const std::string& type, co
                             const std::string& help, std::function<void(const std::string&)> set,
                             std::function<std::string()> get) {
   add({name, type, allowed, help, model_scope_, std::move(set), std::move(get)});
+}
+
+void ConfigKeys::add_path(const std::string& name, std::string* p, const std::string& help) {
+  add({name, "path", "a file or folder (in a config file: relative to the file's folder)", help, model_scope_,
+       [=](const std::string& v) { *p = v; }, [=] { return *p; }});
+}
+
+std::string resolve_config_paths(const ConfigKey& key, const std::string& value, const std::string& config_file) {
+  namespace fs = std::filesystem;
+  const fs::path folder = fs::path(config_file).parent_path();
+  auto resolve = [&folder](const std::string& item) {
+    if (item.empty() || folder.empty() || fs::path(item).is_absolute()) return item;
+    return (folder / item).lexically_normal().string();
+  };
+  if (key.type == "path") return resolve(value);
+  if (key.type != "paths") return value;
+  std::vector<std::string> items = util::split_trimmed(value);
+  for (std::string& item : items) {
+    char* end = nullptr;
+    (void)std::strtod(item.c_str(), &end);
+    const bool number = !item.empty() && end == item.c_str() + item.size();  // a weight (data.datasets)
+    if (!number) item = resolve(item);
+  }
+  return util::join(items, ",");
 }
 
 const ConfigKey* ConfigKeys::find(const std::string& name) const {

@@ -15,7 +15,10 @@ namespace zeroshard::train {
 
 struct ConfigKey {
   std::string name;
-  std::string type;     // int, float, bool, string, enum, list
+  // int, float, bool, string, enum, list; path (a file or folder) and paths (a list of them, numbers
+  // among them kept as they are): written in a config file, a relative one is relative to that
+  // file's folder (resolve_config_paths).
+  std::string type;
   std::string allowed;  // human-readable range or choices
   std::string help;
   // Describes the model (a checkpoint's model must agree with it on resume; `sample` rebuilds the
@@ -46,6 +49,8 @@ class ConfigKeys {
   // choices empty: any string.
   void add_string(const std::string& name, std::string* field, std::vector<std::string> choices,
                   const std::string& help);
+  // A file or folder (type "path").
+  void add_path(const std::string& name, std::string* field, const std::string& help);
   // An enum parsed once from its names.
   template <class E>
   void add_enum(const std::string& name, E* field, std::vector<std::pair<std::string, E>> choices,
@@ -83,6 +88,11 @@ class ConfigKeys {
   std::vector<ConfigKey> keys_;
   bool model_scope_ = false;
 };
+
+// `value` of a key of type path or paths, as written in the config file `config_file`: each
+// relative path joined to the file's folder (lexically normal; absolute ones and, in a paths list,
+// numbers kept as they are). Other types: `value` unchanged.
+std::string resolve_config_paths(const ConfigKey& key, const std::string& value, const std::string& config_file);
 
 // Shortest text that parses back to the same double.
 std::string float_text(double v);

@@ -121,6 +121,25 @@ TEST(MetadataCsv, MissingFilesAndBadRowsAreNamed) {
   EXPECT_EQ(load_media_dataset(dir.path(), "", nocheck).samples.size(), 3u);
 }
 
+TEST(MetadataCsv, AnEmptyOrBlankPromptIsABadRow) {
+  TempDir dir;
+  touch(dir, "a.jpg");
+  t::write_bytes(dir.file("metadata.csv"), "image,prompt\na.jpg,one\na.jpg,\na.jpg,\" \t \"\na.jpg,four\n");
+  EXPECT_NE(error_of([&] { load_media_dataset(dir.path()); }).find("metadata.csv:3: column 'prompt': empty prompt"),
+            std::string::npos);
+  MediaDatasetOptions collect;
+  collect.collect_errors = true;
+  const MediaDataset ds = load_media_dataset(dir.path(), "", collect);
+  ASSERT_EQ(ds.samples.size(), 2u);
+  EXPECT_EQ(ds.samples[1].row, 3);
+  EXPECT_EQ(ds.errors, (std::vector<std::string>{"metadata.csv:3: column 'prompt': empty prompt",
+                                                 "metadata.csv:4: column 'prompt': empty prompt"}));
+  std::filesystem::remove(dir.file("metadata.csv"));
+  t::write_bytes(dir.file("metadata.jsonl"), "{\"image\": \"a.jpg\", \"prompt\": \"x\"}\n{\"image\": \"a.jpg\", \"prompt\": \"\"}\n");
+  EXPECT_NE(error_of([&] { load_media_dataset(dir.path()); }).find("metadata.jsonl:2: column 'prompt': empty prompt"),
+            std::string::npos);
+}
+
 TEST(MetadataCsv, ColumnChoice) {
   TempDir dir;
   touch(dir, "a.png");

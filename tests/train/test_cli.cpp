@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -104,6 +105,36 @@ TEST(Cli, ConfigKeysListASeriesWithoutItsData) {
   EXPECT_NE(out.find("wan.dataset"), std::string::npos) << out;
   EXPECT_NE(run_command(bin + " config keys --series nope", &out), 0) << out;
   EXPECT_NE(out.find("nope"), std::string::npos) << out;
+}
+
+TEST(Cli, TrainRunsFromAnyFolderAndNamesThePrepareCommandForMissingData) {
+  // configs/qwen3/no_shard.yaml run from a folder outside the repository: its tokenizer path is
+  // relative to the config file's folder, the --set data.output to the working directory. Its
+  // corpus is not prepared yet: train refuses before any rank starts, printing the one prepare
+  // command that writes it; run as printed, it does, and the same train command then trains.
+  const std::string cwd = make_temp_dir("cli_anywhere");
+  const std::string config = std::string(ZS_SOURCE_DIR) + "/configs/qwen3/no_shard.yaml";
+  const std::string train = std::string(ZS_BINARY) + " train --config " + config +
+                            " --set data.output=data/licenses --set train.steps=2 --set run.progress=false --nproc 2";
+  std::string out;
+  ASSERT_EQ(run_command("cd " + cwd + " && " + train, &out), 1) << out;
+  EXPECT_NE(out.find("data.output: data/licenses is not prepared yet (data/licenses.json does not exist)"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("[rank"), std::string::npos) << "no rank may have started: " << out;
+  const std::string intro = "write it first with\n  ";
+  const size_t at = out.find(intro);
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string prepare = out.substr(at + intro.size(), out.find('\n', at + intro.size()) - at - intro.size());
+  EXPECT_EQ(prepare, std::string(ZS_BINARY) + " prepare --config " + config +
+                         " --set data.output=data/licenses --set train.steps=2 --set run.progress=false --nproc 2");
+  ASSERT_EQ(run_command("cd " + cwd + " && " + prepare, &out), 0) << out;
+  EXPECT_TRUE(std::filesystem::exists(cwd + "/data/licenses.json")) << out;
+  ASSERT_EQ(run_command("cd " + cwd + " && " + train, &out), 0) << out;
+  // train --dry-run names the corpus it reads.
+  ASSERT_EQ(run_command("cd " + cwd + " && " + train + " --dry-run", &out), 0) << out;
+  EXPECT_NE(out.find("qwen3: training reads 1 prepared corpus"), std::string::npos) << out;
+  EXPECT_NE(out.find("corpus data/licenses (text, weight 1): "), std::string::npos) << out;
 }
 
 TEST(Cli, JoinsAJobFromTheEnvironment) {

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <map>
 
 using namespace zeroshard::train;
 using zeroshard::Strategy;
@@ -184,4 +186,38 @@ TEST(Config, ASavedConfigRebuildsItsModelAndNamesWhatDiffers) {
   const auto diffs = model_differences(other, saved);
   ASSERT_EQ(diffs.size(), 1u);
   EXPECT_EQ(diffs[0], "model.dim: checkpoint 64, this run 32");
+}
+
+// docs/configs.md: a relative path written in a config file is relative to that file's folder
+// (each file of a `base:` chain its own), one given by --set to the working directory; absolute
+// paths, and the weights among a paths list's items, are kept as written.
+TEST(Config, PathsInAFileAreRelativeToItsFolderOnTheCommandLineToTheWorkingDirectory) {
+  namespace fs = std::filesystem;
+  const auto dir = zeroshard::testing::make_temp_dir("cfg_paths");
+  fs::create_directories(dir + "/sub");
+  write_yaml(dir + "/sub", "base.yaml",
+             "model:\n  series: qwen3\ndata:\n  tokenizer: tok\n  inputs: [a.jsonl, /abs/b.txt, ../c]\n"
+             "  datasets: [0.7, corpus_a, 0.3, /abs/corpus_b]\n  output: ../out/x\nrun:\n  dir: runs/r\n");
+  const auto child = write_yaml(dir, "child.yaml", "base: sub/base.yaml\nrun:\n  dir: here\nmodel:\n  init_from: ''\n");
+  std::map<std::string, std::string> v;
+  for (const auto& [key, value] : config_items(load_model_config(child, {"data.output=rel/y"}))) v[key] = value;
+  EXPECT_EQ(v["data.tokenizer"], dir + "/sub/tok");
+  EXPECT_EQ(v["data.inputs"], dir + "/sub/a.jsonl,/abs/b.txt," + dir + "/c");
+  EXPECT_EQ(v["data.datasets"], "0.7," + dir + "/sub/corpus_a,0.3,/abs/corpus_b");
+  EXPECT_EQ(v["data.output"], "rel/y");
+  EXPECT_EQ(v["run.dir"], dir + "/here");
+  EXPECT_EQ(v["model.init_from"], "");
+  // The same file named by a relative path: the values are relative to the working directory.
+  const std::string rel = fs::relative(child, fs::current_path()).string();
+  for (const auto& [key, value] : config_items(load_model_config(rel, {}))) v[key] = value;
+  EXPECT_TRUE(fs::path(v["data.tokenizer"]).is_relative()) << v["data.tokenizer"];
+  EXPECT_EQ(fs::weakly_canonical(v["data.tokenizer"]), fs::weakly_canonical(dir + "/sub/tok"));
+  EXPECT_EQ(fs::weakly_canonical(v["data.output"]), fs::weakly_canonical(dir + "/out/x"));
+  // `config keys` says which keys are paths.
+  TrainConfig c = load_model_config(child, {});
+  const ConfigKeys keys = config_keys(c);
+  EXPECT_EQ(keys.get("data.tokenizer", "").type, "path");
+  EXPECT_EQ(keys.get("data.datasets", "").type, "paths");
+  EXPECT_EQ(keys.get("model.init_from", "").type, "path");
+  EXPECT_EQ(keys.get("data.text_split", "").type, "string");
 }

@@ -17,6 +17,13 @@ namespace {
 constexpr size_t kRecordsPerFile = 64;
 }
 
+std::string unprepared_cache(const std::string& key, const std::string& cache, const std::string& dataset) {
+  if (cache.empty() || dataset.empty()) return {};
+  std::error_code ec;
+  if (fs::exists(cache + "/index.json", ec)) return {};
+  return key + ": " + cache + " is not prepared yet (" + cache + "/index.json does not exist)";
+}
+
 nlohmann::json read_json_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error(path + ": cannot open");

@@ -84,6 +84,11 @@ class CacheReader {
   mutable std::map<std::string, std::unique_ptr<io::SafetensorsFile>> files_;
 };
 
+// Series::unprepared of the diffusion series: "<key>: <cache> is not prepared yet (...)" when
+// training would read the cache `cache` (key `key`), `prepare` can write it (the dataset is named)
+// and <cache>/index.json does not exist; else empty.
+std::string unprepared_cache(const std::string& key, const std::string& cache, const std::string& dataset);
+
 // The training order of a dataset of N items: sample n is item perm_e[n mod N], e = n / N, with
 // perm_e a permutation drawn from (seed, salt + e). Pure in (seed, n): every rank, world size and
 // resumed run agrees.

@@ -247,6 +247,41 @@ class ImageTask : public train::GeneratedSampleTask {
   std::shared_ptr<ImagePipelineImpl> model_;
 };
 
+// One record read as prepare and training read it: the image at its bucket's size (into *image
+// when given), what the report shows of it.
+RecordRead read_image(const data::MediaSample& sample, const std::vector<std::pair<int64_t, int64_t>>& sizes,
+                      ImagePipelineImpl& p, at::Tensor* image) {
+  const int64_t bucket = bucket_of_file(sizes, sample.media_path);
+  const auto [hh, ww] = sizes.at(static_cast<size_t>(bucket));
+  std::pair<int64_t, int64_t> source;
+  at::Tensor pixels = load_image_tensor(sample.media_path, hh, ww, &source);
+  if (image != nullptr) *image = std::move(pixels);
+  RecordRead read;
+  read.info = {{"source", std::to_string(source.first) + "x" + std::to_string(source.second)},
+               {"size", std::to_string(ww) + "x" + std::to_string(hh)},
+               {"prompt_tokens", p.prompt_tokens(sample.prompt)}};
+  if (image == nullptr) read.info["bucket"] = bucket;  // prepare's items get it from describe
+  return read;
+}
+
+// `train --dry-run`: the cache's items, or every record of the folder read as the towers in the
+// loop read it (the pipeline built without parameter bytes, for its tokenizer).
+std::string dry_run(const ImageSeriesSpec& spec, const train::TrainConfig& cfg) {
+  const ImageSeriesKeys& k = spec.keys(cfg);
+  const std::string& s = spec.name;
+  if (!k.cache.empty()) return dry_run_report(s, k.cache, read_json_file(k.cache + "/index.json"), false);
+  const data::MediaDataset d = load_captioned_images(k.dataset, k.metadata, s + ".dataset", /*collect_errors=*/true);
+  const auto sizes = k.bucket_sizes(s);
+  std::shared_ptr<ImagePipelineImpl> p;
+  {
+    nn::DeferredInit deferred;
+    p = spec.build(cfg, /*with_dit=*/false, /*with_towers=*/true);
+  }
+  const nlohmann::json index =
+      read_records(d, [&](const data::MediaSample& sample) { return read_image(sample, sizes, *p, nullptr); });
+  return dry_run_report(s, k.dataset, index, true);
+}
+
 std::string prepare(const ImageSeriesSpec& spec, const train::TrainConfig& cfg, const RendezvousInfo& rdv) {
   const ImageSeriesKeys& k = spec.keys(cfg);
   const std::string& s = spec.name;
@@ -271,15 +306,7 @@ std::string prepare(const ImageSeriesSpec& spec, const train::TrainConfig& cfg, 
 
   at::Tensor image;  // this rank's image of the round
   RecordHandlers h;
-  h.read = [&](const data::MediaSample& sample) {
-    const auto [hh, ww] = sizes.at(static_cast<size_t>(bucket_of_file(sizes, sample.media_path)));
-    std::pair<int64_t, int64_t> source;
-    image = load_image_tensor(sample.media_path, hh, ww, &source);
-    RecordRead read;
-    read.info = {{"source", std::to_string(source.first) + "x" + std::to_string(source.second)},
-                 {"size", std::to_string(ww) + "x" + std::to_string(hh)}};
-    return read;
-  };
+  h.read = [&](const data::MediaSample& sample) { return read_image(sample, sizes, *p, &image); };
   h.encode = [&](const data::MediaSample& sample, int64_t, bool stand_in) {
     if (stand_in) image = at::zeros({3, k.height, k.width});
     const std::map<std::string, at::Tensor> out = p->condition(image, sample.prompt);
@@ -387,6 +414,11 @@ Series make_image_series(ImageSeriesSpec spec) {
   s.sample = [spec](const sample::SampleOptions& o, ckpt::Checkpoint& ck, const train::TrainConfig& cfg,
                     const RendezvousInfo& rdv) { return sample_images(spec, o, ck, cfg, rdv); };
   s.prepare = [spec](const train::TrainConfig& cfg, const RendezvousInfo& rdv) { return prepare(spec, cfg, rdv); };
+  s.dry_run = [spec](const train::TrainConfig& cfg) { return dry_run(spec, cfg); };
+  s.unprepared = [spec](const train::TrainConfig& cfg) {
+    const ImageSeriesKeys& k = spec.keys(cfg);
+    return unprepared_cache(spec.name + ".cache", k.cache, k.dataset);
+  };
   s.seeded_model = [spec](const train::TrainConfig& cfg) {
     std::shared_ptr<ImagePipelineImpl> m;
     {

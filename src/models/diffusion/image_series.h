@@ -118,6 +118,9 @@ class ImagePipelineImpl : public nn::HookableModule {
   // Sampling: from noise [B, latent shape] for the prompts, `steps` steps of the series'
   // sampler with its guidance; returns images [B, 3, H, W] in [-1, 1].
   at::Tensor sample(const std::vector<std::string>& prompts, const at::Tensor& noise, int64_t steps);
+  // Tokens of `prompt` alone in the text tower's tokenizer (no template, special tokens or
+  // padding): the prompt's length in `prepare`'s per-item report.
+  virtual int64_t prompt_tokens(const std::string& prompt) = 0;
 
   // The latent of an image of height x width (e.g. {16, h / 8, w / 8}).
   virtual std::vector<int64_t> latent_shape(int64_t height, int64_t width) const = 0;

@@ -32,8 +32,42 @@ std::string prepared_report(const nlohmann::json& index, size_t max_items) {
     }
   }
   if (shown > max_items) text += "\n  ... " + std::to_string(shown - max_items) + " more items (index.json lists them all)";
-  for (const auto& [value, n] : groups) text += "\n  " + group_key + " " + value + ": " + std::to_string(n) + " items";
+  for (const auto& [value, n] : groups) {
+    text += "\n  " + group_key + " " + value + ": " + std::to_string(n) + (n == 1 ? " item" : " items");
+  }
   for (const auto& l : index.at("left_out")) text += "\n  left out: " + l.get<std::string>();
+  return text;
+}
+
+nlohmann::json read_records(const data::MediaDataset& dataset,
+                            const std::function<RecordRead(const data::MediaSample&)>& read) {
+  nlohmann::json items = nlohmann::json::array(), left_out = dataset.errors;
+  for (const data::MediaSample& sample : dataset.samples) {
+    try {
+      RecordRead r = read(sample);
+      nlohmann::json item = {{"record", sample.row}, {"media", sample.media}};
+      item.update(r.info);
+      items.push_back(std::move(item));
+    } catch (const std::exception& e) {
+      const std::string why = e.what();
+      left_out.push_back(sample.location + ": " + (why.empty() ? std::string("unreadable") : why));
+    }
+  }
+  return {{"items", items}, {"left_out", left_out}};
+}
+
+std::string dry_run_report(const std::string& series, const std::string& where, const nlohmann::json& index,
+                           bool towers_in_loop) {
+  const size_t n = index.at("items").size(), bad = index.at("left_out").size();
+  std::string text = series + ": training reads " + std::to_string(n) + " of " + std::to_string(n + bad) +
+                     " records from " + where + (towers_in_loop ? " (towers in the loop)" : " (a prepared cache)");
+  text += prepared_report(index);
+  if (towers_in_loop && bad > 0) {
+    throw std::invalid_argument(text + "\n" + std::to_string(bad) + " record(s) above cannot be read: training with the " +
+                                "towers in the loop stops at the first; `zeroshard prepare` with " + series +
+                                ".on_bad_file=skip caches the others, and training from that cache (" + series +
+                                ".cache) reads them alone");
+  }
   return text;
 }
 

@@ -49,6 +49,21 @@ struct RecordHandlers {
 void prepare_records(Communicator& comm, const data::MediaDataset& dataset, const std::string& skip_key,
                      bool skip, CacheWriter& writer, const RecordHandlers& handlers);
 
+// `train --dry-run` with the towers in the loop: every sample read as prepare reads it, on this
+// process, no towers: {"items": [{"record": row, "media", ...read.info, ...describe(row)}],
+// "left_out": the dataset's errors, then each record read() threw on ("<location>: <why>")},
+// prepared_report's input.
+nlohmann::json read_records(const data::MediaDataset& dataset,
+                            const std::function<RecordRead(const data::MediaSample&)>& read);
+
+// `train --dry-run`'s text: "<series>: training reads N of M records from <where>" and
+// prepared_report's lines of `index` (read_records' result, or a cache's index.json).
+// towers_in_loop: training reads the dataset itself and stops at a bad record, so a record left
+// out throws std::invalid_argument with that text and the way around it (a cache prepared with
+// `<series>.on_bad_file=skip`).
+std::string dry_run_report(const std::string& series, const std::string& where, const nlohmann::json& index,
+                           bool towers_in_loop);
+
 // The report lines of a written cache's index.json: one per item (its metadata row, media and
 // what its info says; the first `max_items`, then a count), one per group of items sharing a
 // "bucket" (image series) or a "frames" count (clips), then each left-out record and why.

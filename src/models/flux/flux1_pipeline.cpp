@@ -49,8 +49,7 @@ at::Tensor Flux1PipelineImpl::encode_image(const at::Tensor& image) {
   return z;
 }
 
-at::Tensor Flux1PipelineImpl::encode_text(const std::string& prompt) {
-  TORCH_CHECK(text_encoder, "Flux1Pipeline: built without its towers");
+text::SentencePieceTokenizer& Flux1PipelineImpl::tokenizer() {
   // Read on first use: a model built without its data (seed-weights) needs no tokenizer.
   if (!tokenizer_) {
     const Flux1SeriesConfig& c = config_;
@@ -65,10 +64,21 @@ at::Tensor Flux1PipelineImpl::encode_text(const std::string& prompt) {
     }
     tokenizer_ = std::move(tok);
   }
+  return *tokenizer_;
+}
+
+// The T5 tokens (the context's; CLIP's pooled vector reads at most 77).
+int64_t Flux1PipelineImpl::prompt_tokens(const std::string& prompt) {
+  return static_cast<int64_t>(tokenizer().encode(prompt).size());
+}
+
+at::Tensor Flux1PipelineImpl::encode_text(const std::string& prompt) {
+  TORCH_CHECK(text_encoder, "Flux1Pipeline: built without its towers");
+  text::SentencePieceTokenizer& tok = tokenizer();
   torch::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
   // All text_len positions, no attention mask (FluxPipeline / DiffSynth pass none to T5).
-  at::Tensor states = text_encoder->forward(flux1_prompt_ids(*tokenizer_, prompt, config_.text_len))[0].to(at::kFloat);
+  at::Tensor states = text_encoder->forward(flux1_prompt_ids(tok, prompt, config_.text_len))[0].to(at::kFloat);
   towers_seconds += seconds_since(t0);
   return states;
 }

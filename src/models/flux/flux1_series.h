@@ -135,6 +135,7 @@ class Flux1PipelineImpl : public diffusion::ImagePipelineImpl {
   void init_extra_tower(uint64_t seed, const std::string& name, at::Tensor& param) const override;
   at::Tensor compute_loss(const diffusion::ImageBatch& batch) override;
   std::map<std::string, at::Tensor> compute_condition(const at::Tensor& image, const std::string& prompt) override;
+  int64_t prompt_tokens(const std::string& prompt) override;
   at::Tensor compute_sample(const std::vector<std::string>& prompts, const at::Tensor& noise, int64_t steps) override;
 
  private:
@@ -147,6 +148,7 @@ class Flux1PipelineImpl : public diffusion::ImagePipelineImpl {
                       double guidance);
 
   Flux1SeriesConfig config_;
+  text::SentencePieceTokenizer& tokenizer();  // the T5 tokenizer, read on first use
   std::unique_ptr<text::SentencePieceTokenizer> tokenizer_;
   std::unique_ptr<PooledVectors> pooled_;
   std::unique_ptr<text::BpeTokenizer> clip_tokenizer_;

@@ -127,6 +127,10 @@ at::Tensor Flux2PipelineImpl::velocity(const at::Tensor& latents, const at::Tens
   return out.to(at::kFloat).transpose(1, 2).reshape({B, C, h, w});
 }
 
+int64_t Flux2PipelineImpl::prompt_tokens(const std::string& prompt) {
+  return static_cast<int64_t>(tokenizer().encode(prompt).size());
+}
+
 std::map<std::string, at::Tensor> Flux2PipelineImpl::compute_condition(const at::Tensor& image,
                                                                        const std::string& prompt) {
   return {{"latent", encode_image(image)}, {"context", encode_text(prompt)}};

@@ -112,6 +112,7 @@ class Flux2PipelineImpl : public diffusion::ImagePipelineImpl {
   void init_text_encoder(uint64_t seed, const std::string& name, at::Tensor& param) const override;
   at::Tensor compute_loss(const diffusion::ImageBatch& batch) override;
   std::map<std::string, at::Tensor> compute_condition(const at::Tensor& image, const std::string& prompt) override;
+  int64_t prompt_tokens(const std::string& prompt) override;
   at::Tensor compute_sample(const std::vector<std::string>& prompts, const at::Tensor& noise, int64_t steps) override;
 
  private:

@@ -61,7 +61,7 @@ QwenSeriesConfig::QwenSeriesConfig(bool moe) : moe_series(moe) {
 
 void QwenSeriesConfig::register_keys(train::ConfigKeys& k) {
   const int64_t big = std::numeric_limits<int32_t>::max();
-  k.add_custom("model.from_hf", "string", "a Hugging Face model folder",
+  k.add_custom("model.from_hf", "path", "a Hugging Face model folder",
                "read every model.* key from DIR/config.json and the initial weights from its safetensors",
                [this](const std::string& v) {
                  from_hf = v;
@@ -128,11 +128,11 @@ void QwenSeriesConfig::register_keys(train::ConfigKeys& k) {
 
   k.add_string("data.kind", &kind, {"text", "chat"},
                "what `prepare` makes: text (pretraining) or chat (jsonl `messages`, loss on assistant tokens)");
-  k.add_string("data.tokenizer", &tokenizer, {}, "tokenizer.json or its folder (default: model.from_hf's)");
-  k.add_custom("data.inputs", "list", "files or folders", "`prepare`: jsonl and plain text files to tokenize",
+  k.add_path("data.tokenizer", &tokenizer, "tokenizer.json or its folder (default: model.from_hf's)");
+  k.add_custom("data.inputs", "paths", "files or folders", "`prepare`: jsonl and plain text files to tokenize",
                [this](const std::string& v) { inputs = v; }, [this] { return inputs; });
-  k.add_string("data.output", &output, {}, "`prepare`: the dataset prefix it writes (P.bin, P.idx, P.json)");
-  k.add_custom("data.datasets", "list", "P, or w1, P1, w2, P2, ...",
+  k.add_path("data.output", &output, "`prepare`: the dataset prefix it writes (P.bin, P.idx, P.json)");
+  k.add_custom("data.datasets", "paths", "P, or w1, P1, w2, P2, ...",
                "training corpora (prepared prefixes) mixed by weight; empty: data.output",
                [this](const std::string& v) { datasets_text = v; }, [this] { return datasets_text; });
   k.add_string("data.text_key", &text_key, {}, "`prepare`: the jsonl field holding a text document");
@@ -261,6 +261,23 @@ Series make_series(bool moe) {
   };
   s.sample = generate;
   s.prepare = prepare;
+  s.unprepared = [](const train::TrainConfig& cfg) -> std::string {
+    const auto& q = cfg.series_config<QwenSeriesConfig>();
+    if (q.inputs.empty() || q.output.empty()) return {};  // prepare would not write it
+    std::vector<std::pair<double, std::string>> corpora;
+    try {
+      corpora = q.datasets();
+    } catch (const std::invalid_argument&) {
+      return {};  // the trainer names what is wrong
+    }
+    for (const auto& corpus : corpora) {
+      if (corpus.second == q.output && !fs::exists(q.output + ".json")) {
+        return "data.output: " + q.output + " is not prepared yet (" + q.output + ".json does not exist)";
+      }
+    }
+    return {};
+  };
+  s.dry_run = describe_corpora;
   s.export_hf = export_hf;
   s.seeded_model = seeded_model;
   // seed-weights: a Hugging Face folder (config.json + model-*.safetensors + index) that

@@ -25,6 +25,8 @@ std::string generate(const sample::SampleOptions& o, ckpt::Checkpoint& ck, const
                      const RendezvousInfo& rdv);
 
 std::string prepare(const train::TrainConfig& cfg, const RendezvousInfo& rdv);
+// `train --dry-run`: the prepared corpora training reads, a line each (as the run's log has them).
+std::string describe_corpora(const train::TrainConfig& cfg);
 
 // The weights of a Hugging Face folder (model.safetensors, or model.safetensors.index.json and its
 // shards; F32, BF16 or F16) as a parameter source: each read touches only the byte ranges asked

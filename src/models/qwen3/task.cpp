@@ -17,6 +17,48 @@ namespace zeroshard::models::qwen3 {
 
 namespace {
 
+data::CorpusOptions corpus_options(const train::TrainConfig& cfg, const QwenConfig& config) {
+  const auto& s = cfg.series_config<QwenSeriesConfig>();
+  data::CorpusOptions co;
+  co.seq_len = s.seq_len;
+  co.valid_fraction = s.valid_fraction;
+  co.packing = s.packing;
+  co.pad_id = std::max<int64_t>(0, config.pad_token_id);
+  co.seed = static_cast<uint64_t>(cfg.data.seed);
+  return co;
+}
+
+// One prepared corpus as training reads it (refused when its tokenizer's ids do not fit the
+// model), with the log lines that describe it: samples and documents per split, conversations cut.
+std::unique_ptr<data::TokenCorpus> open_corpus(const std::string& prefix, double weight, const data::CorpusOptions& co,
+                                               const QwenConfig& config, std::vector<std::string>& notes) {
+  auto corpus = std::make_unique<data::TokenCorpus>(prefix, co);
+  const data::TokenCorpus& c = *corpus;
+  const int64_t vocab = c.meta().value("tokenizer_vocab_size", int64_t{-1});
+  if (vocab > config.vocab_size) {
+    throw std::invalid_argument(prefix + ".json: the corpus was tokenized with a vocabulary of " + std::to_string(vocab) +
+                                " ids (" + c.meta().value("tokenizer", std::string("?")) + ") but model.vocab_size is " +
+                                std::to_string(config.vocab_size) + ": the tokenizer does not fit this model");
+  }
+  std::string line = "corpus " + prefix + " (" + data::corpus_kind_name(c.kind()) + ", weight " + train::float_text(weight) +
+                     "): " + std::to_string(c.num_samples(data::Split::Train)) + " training samples of " +
+                     std::to_string(co.seq_len + 1) + " tokens from " +
+                     std::to_string(c.num_documents(data::Split::Train)) + " documents";
+  if (co.valid_fraction > 0) {
+    line += ", " + std::to_string(c.num_samples(data::Split::Valid)) + " validation samples from " +
+            std::to_string(c.num_documents(data::Split::Valid)) + " documents";
+  }
+  notes.push_back(line);
+  const int64_t long_train = c.too_long(data::Split::Train), long_valid = c.too_long(data::Split::Valid);
+  if (long_train + long_valid > 0) {
+    notes.push_back("corpus " + prefix + ": " + std::to_string(long_train + long_valid) +
+                    " conversations are longer than train.seq_len + 1 = " + std::to_string(co.seq_len + 1) +
+                    " tokens and are truncated (" + prefix + ".json lists where they come from); metrics.jsonl "
+                    "counts them per step as truncated_sequences");
+  }
+  return corpus;
+}
+
 class QwenTask : public train::Task {
  public:
   QwenTask(const train::TrainConfig& cfg, int rank, int world)
@@ -189,44 +231,16 @@ class QwenTask : public train::Task {
   int64_t global_batch() const { return cfg_.train.micro_batch_size * world_ * cfg_.train.grad_accum; }
 
   void load_corpora() {
-    data::CorpusOptions co;
-    co.seq_len = series_.seq_len;
-    co.valid_fraction = series_.valid_fraction;
-    co.packing = series_.packing;
-    co.pad_id = std::max<int64_t>(0, config_.pad_token_id);
-    co.seed = static_cast<uint64_t>(cfg_.data.seed);
+    const data::CorpusOptions co = corpus_options(cfg_, config_);
     std::vector<double> weights;
     std::vector<int64_t> train_sizes, valid_sizes;
     for (const auto& [w, prefix] : series_.datasets()) {
-      corpora_.push_back(std::make_unique<data::TokenCorpus>(prefix, co));
+      corpora_.push_back(open_corpus(prefix, w, co, config_, notes_));
       const data::TokenCorpus& c = *corpora_.back();
-      const int64_t vocab = c.meta().value("tokenizer_vocab_size", int64_t{-1});
-      if (vocab > config_.vocab_size) {
-        throw std::invalid_argument(prefix + ".json: the corpus was tokenized with a vocabulary of " + std::to_string(vocab) +
-                                    " ids (" + c.meta().value("tokenizer", std::string("?")) +
-                                    ") but model.vocab_size is " + std::to_string(config_.vocab_size) +
-                                    ": the tokenizer does not fit this model");
-      }
       chat_ = chat_ || c.kind() == data::CorpusKind::Chat;
       weights.push_back(w);
       train_sizes.push_back(c.num_samples(data::Split::Train));
       valid_sizes.push_back(c.num_samples(data::Split::Valid));
-      std::string line = "corpus " + prefix + " (" + data::corpus_kind_name(c.kind()) + ", weight " + train::float_text(w) +
-                         "): " + std::to_string(train_sizes.back()) + " training samples of " +
-                         std::to_string(series_.seq_len + 1) + " tokens from " +
-                         std::to_string(c.num_documents(data::Split::Train)) + " documents";
-      if (co.valid_fraction > 0) {
-        line += ", " + std::to_string(valid_sizes.back()) + " validation samples from " +
-                std::to_string(c.num_documents(data::Split::Valid)) + " documents";
-      }
-      notes_.push_back(line);
-      const int64_t long_train = c.too_long(data::Split::Train), long_valid = c.too_long(data::Split::Valid);
-      if (long_train + long_valid > 0) {
-        notes_.push_back("corpus " + prefix + ": " + std::to_string(long_train + long_valid) +
-                         " conversations are longer than train.seq_len + 1 = " + std::to_string(series_.seq_len + 1) +
-                         " tokens and are truncated (" + prefix + ".json lists where they come from); metrics.jsonl "
-                         "counts them per step as truncated_sequences");
-      }
     }
     train_ = std::make_unique<data::BlendedSampler>(weights, train_sizes, static_cast<uint64_t>(cfg_.data.seed), true);
     if (co.valid_fraction > 0) {
@@ -340,6 +354,18 @@ SeededModel seeded_model(const train::TrainConfig& cfg) {
   }
   const auto seed = static_cast<uint64_t>(cfg.train.seed);
   return {model.ptr(), [model, seed](const std::string& name, at::Tensor& param) { model->init_parameter(seed, name, param); }};
+}
+
+std::string describe_corpora(const train::TrainConfig& cfg) {
+  const QwenConfig config = cfg.series_config<QwenSeriesConfig>().qwen();
+  const data::CorpusOptions co = corpus_options(cfg, config);
+  const auto corpora = cfg.series_config<QwenSeriesConfig>().datasets();
+  std::vector<std::string> notes;
+  for (const auto& [w, prefix] : corpora) open_corpus(prefix, w, co, config, notes);
+  std::string text = cfg.series + ": training reads " + std::to_string(corpora.size()) + " prepared corpus" +
+                     (corpora.size() == 1 ? "" : "es") + ", mixed by weight";
+  for (const auto& n : notes) text += "\n  " + n;
+  return text;
 }
 
 std::unique_ptr<train::Task> make_task(const train::TrainConfig& cfg, int rank, int world) {

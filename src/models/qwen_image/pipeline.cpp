@@ -178,6 +178,10 @@ at::Tensor QwenImagePipelineImpl::compute_loss(const diffusion::ImageBatch& b) {
   return at::stack(per_sample).mean();
 }
 
+int64_t QwenImagePipelineImpl::prompt_tokens(const std::string& prompt) {
+  return static_cast<int64_t>(tokenizer().encode(prompt).size());
+}
+
 std::map<std::string, at::Tensor> QwenImagePipelineImpl::compute_condition(const at::Tensor& image,
                                                                            const std::string& prompt) {
   return {{"latent", encode_image(image)}, {"context", encode_prompt(prompt)}};

@@ -96,6 +96,44 @@ at::Tensor WanData::video(int64_t item) const {
 
 // --- prepare -----------------------------------------------------------------------------------
 
+namespace {
+
+// One record read as prepare and training read it: the clip (into *video), what the report shows
+// of it, and the VAE chunk passes it needs.
+diffusion::RecordRead read_clip(const WanSeriesConfig& c, const text::SentencePieceTokenizer& tok,
+                                const data::MediaSample& s, at::Tensor* video) {
+  diffusion::RecordRead read;
+  *video = load_media(c, s.media_path, &read.info);
+  read.passes = WanVaeImpl::encode_chunks(video->size(1));
+  read.info["prompt_tokens"] = prompt_tokens(tok, s.prompt, c.dit.text_len).second.sum().item<int64_t>();
+  return read;
+}
+
+}  // namespace
+
+std::string dry_run(const train::TrainConfig& cfg) {
+  const auto& c = cfg.series_config<WanSeriesConfig>();
+  if (!c.cache.empty()) {
+    return diffusion::dry_run_report("wan", c.cache, diffusion::read_json_file(c.cache + "/index.json"), false);
+  }
+  if (c.tokenizer.empty()) throw std::invalid_argument("wan.tokenizer: required with the towers in the loop");
+  data::MediaDatasetOptions opts;
+  opts.collect_errors = true;
+  const data::MediaDataset d = data::load_media_dataset(c.dataset, c.metadata, opts);
+  const auto tok = text::SentencePieceTokenizer::from_file(c.tokenizer);
+  const int64_t expect = d.media_column == "video" ? c.num_frames : 1;
+  const nlohmann::json index = diffusion::read_records(d, [&](const data::MediaSample& s) {
+    at::Tensor v;
+    diffusion::RecordRead read = read_clip(c, tok, s, &v);
+    if (v.size(1) != expect) {
+      throw std::runtime_error(std::to_string(v.size(1)) + " frames; with the towers in the loop every clip has " +
+                               std::to_string(expect) + " (wan.num_frames)");
+    }
+    return read;
+  });
+  return diffusion::dry_run_report("wan", c.dataset, index, true);
+}
+
 std::string prepare_cache(const train::TrainConfig& cfg, const RendezvousInfo& rdv) {
   const auto& c = cfg.series_config<WanSeriesConfig>();
   if (c.cache.empty()) throw std::invalid_argument("wan.cache: the folder to write the cache to is required");
@@ -124,13 +162,7 @@ std::string prepare_cache(const train::TrainConfig& cfg, const RendezvousInfo& r
 
   at::Tensor video;  // this rank's clip of the round
   diffusion::RecordHandlers h;
-  h.read = [&](const data::MediaSample& s) {
-    diffusion::RecordRead read;
-    video = load_media(c, s.media_path, &read.info);
-    read.passes = WanVaeImpl::encode_chunks(video.size(1));
-    read.info["prompt_tokens"] = prompt_tokens(tok, s.prompt, c.dit.text_len).second.sum().item<int64_t>();
-    return read;
-  };
+  h.read = [&](const data::MediaSample& s) { return read_clip(c, tok, s, &video); };
   h.encode = [&](const data::MediaSample& s, int64_t chunks, bool stand_in) {
     if (stand_in) video = at::zeros({3, 1, c.height, c.width});
     auto [ids, mask] = prompt_tokens(tok, s.prompt, c.dit.text_len);

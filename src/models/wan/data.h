@@ -68,4 +68,9 @@ std::shared_ptr<ParamSource> dit_file_source(const std::string& path);
 // `zeroshard prepare` for the wan series (Series::prepare).
 std::string prepare_cache(const train::TrainConfig& cfg, const RendezvousInfo& rdv);
 
+// `train --dry-run` (Series::dry_run): the cache's items, or every record of wan.dataset read as
+// the towers in the loop read it (a clip of another length than wan.num_frames is a bad record
+// there).
+std::string dry_run(const train::TrainConfig& cfg);
+
 }  // namespace zeroshard::models::wan

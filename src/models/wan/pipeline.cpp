@@ -31,20 +31,20 @@ void WanSeriesConfig::register_keys(train::ConfigKeys& k) {
     k.add_int("wan.vae_dim", &vae.dim, 2, 1 << 12, "VAE base width (96); levels x1, x2, x4, x4, 16 latent channels");
     k.add_int("wan.vae_num_res_blocks", &vae.num_res_blocks, 1, 16, "VAE residual blocks per level (2)");
   }
-  k.add_string("wan.vae_from", &vae_from, {},
+  k.add_path("wan.vae_from", &vae_from,
                "the frozen VAE: Wan2.1_VAE.pth as released (torch.save) or safetensors, Wan2.1_VAE names; empty: seeded");
-  k.add_string("wan.text_encoder_from", &text_encoder_from, {},
+  k.add_path("wan.text_encoder_from", &text_encoder_from,
                "the frozen umT5 encoder: models_t5_umt5-xxl-enc-bf16.pth as released or safetensors, Wan's T5Encoder "
                "names; empty: seeded");
-  k.add_string("wan.dit_from", &dit_from, {},
+  k.add_path("wan.dit_from", &dit_from,
                "the DiT's initial values: the released diffusion_pytorch_model.safetensors (or its .index.json), "
                "Wan's original names or the diffusers layout; adapters stay seeded; empty: seeded");
-  k.add_string("wan.tokenizer", &tokenizer, {}, "the umT5 SentencePiece model (spiece.model) for prompts");
-  k.add_string("wan.dataset", &dataset, {}, "a DiffSynth dataset folder: metadata.csv (video or image, prompt) + media");
-  k.add_string("wan.metadata", &metadata, {},
+  k.add_path("wan.tokenizer", &tokenizer, "the umT5 SentencePiece model (spiece.model) for prompts");
+  k.add_path("wan.dataset", &dataset, "a DiffSynth dataset folder: metadata.csv (video or image, prompt) + media");
+  k.add_path("wan.metadata", &metadata,
                "the dataset's metadata file (.csv, .json or .jsonl; media paths relative to the dataset folder); "
                "empty: the folder's metadata.csv, .json or .jsonl");
-  k.add_string("wan.cache", &cache, {},
+  k.add_path("wan.cache", &cache,
                "a conditioning cache (`zeroshard prepare` writes it): train without the towers; empty: towers in "
                "the loop");
   k.add_int("wan.height", &height, 16, 1 << 14, "clip height (resize + centre crop; a multiple of 16)");

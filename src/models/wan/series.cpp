@@ -7,6 +7,7 @@
 #include "io/torch_pth.h"
 #include "io/video_codec.h"
 #include "models/wan/data.h"
+#include "models/diffusion/cond_cache.h"
 #include "models/diffusion/flow_match.h"
 #include "models/diffusion/image_series.h"
 #include "nn/init.h"
@@ -280,6 +281,11 @@ Series wan_series() {
   s.is_unit = diffusion::pipeline_unit;
   s.sample = generate;
   s.prepare = wan::prepare_cache;
+  s.dry_run = wan::dry_run;
+  s.unprepared = [](const train::TrainConfig& cfg) {
+    const auto& w = cfg.series_config<WanSeriesConfig>();
+    return diffusion::unprepared_cache("wan.cache", w.cache, w.dataset);
+  };
   s.supports_lora = true;
   s.adapter_root = "dit.";  // PipelineTask::build adapts the DiT only
   s.seeded_model = [](const train::TrainConfig& cfg) {

@@ -97,11 +97,19 @@ at::Tensor ZImagePipelineImpl::encode_image(const at::Tensor& image) {
   return z;
 }
 
-at::Tensor ZImagePipelineImpl::encode_text(const std::string& prompt) {
-  TORCH_CHECK(text_encoder, "ZImagePipeline: built without its towers");
+text::BpeTokenizer& ZImagePipelineImpl::tokenizer() {
   // Read on first use: a model built without its data (seed-weights) needs no tokenizer.
   if (!tokenizer_) tokenizer_ = std::make_shared<text::BpeTokenizer>(load_tokenizer(config_));
-  const at::Tensor ids = prompt_ids(*tokenizer_, prompt, config_.text_len);
+  return *tokenizer_;
+}
+
+int64_t ZImagePipelineImpl::prompt_tokens(const std::string& prompt) {
+  return static_cast<int64_t>(tokenizer().encode(prompt).size());
+}
+
+at::Tensor ZImagePipelineImpl::encode_text(const std::string& prompt) {
+  TORCH_CHECK(text_encoder, "ZImagePipeline: built without its towers");
+  const at::Tensor ids = prompt_ids(tokenizer(), prompt, config_.text_len);
   torch::NoGradGuard no_grad;
   const auto t0 = std::chrono::steady_clock::now();
   // hidden_states[-2]: the output of the second-to-last layer (qwen3/model.h).

@@ -85,6 +85,7 @@ class ZImagePipelineImpl : public diffusion::ImagePipelineImpl {
   at::Tensor compute_loss(const diffusion::ImageBatch& batch) override;
   // {"latent": [16, h, w], "context": [n, hidden]}.
   std::map<std::string, at::Tensor> compute_condition(const at::Tensor& image, const std::string& prompt) override;
+  int64_t prompt_tokens(const std::string& prompt) override;
   // Euler steps of the shifted schedule (z_image.sample_shift) with Z-Image's guidance
   // (guidance_scale, cfg_truncation, cfg_normalization, negative_prompt), then the VAE's decoder.
   at::Tensor compute_sample(const std::vector<std::string>& prompts, const at::Tensor& noise, int64_t steps) override;
@@ -93,6 +94,7 @@ class ZImagePipelineImpl : public diffusion::ImagePipelineImpl {
   at::Tensor encode_image(const at::Tensor& image);        // [3, H, W] -> [16, h, w]
   at::Tensor encode_text(const std::string& prompt);       // -> [n, hidden]
   ZImageSeriesConfig config_;
+  text::BpeTokenizer& tokenizer();
   std::shared_ptr<text::BpeTokenizer> tokenizer_;
 };
 TORCH_MODULE(ZImagePipeline);

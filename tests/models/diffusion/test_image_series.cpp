@@ -19,6 +19,7 @@
 // Shared/ImageSeries.ResumeFromAMidRunCheckpointIsExact/Flux2Series, so that `ctest -R Flux2Series`
 // (README, docs/benchmarks.md) runs the series' own checks and its row's alike.
 #include "io/image_codec.h"
+#include "models/diffusion/cond_cache.h"
 #include "models/flux/flux1_series.h"
 #include "models/flux/flux1_test_data.h"
 #include "models/flux2/series.h"
@@ -183,6 +184,27 @@ TEST_P(ImageSeries, APreparedCacheTrainsAsTheTowersInTheLoopAndSamplingWritesAPn
   ASSERT_EQ(run_command(prepare, &out), 0) << out;
   EXPECT_NE(out.find("cached 4 of 4 records"), std::string::npos) << out;
   ASSERT_TRUE(fs::exists(cache + "/index.json"));
+  // The per-item report: each item's source size, the bucket it went to and its prompt's tokens.
+  for (const auto& item : models::diffusion::read_json_file(cache + "/index.json").at("items")) {
+    EXPECT_GT(item.value("prompt_tokens", int64_t{0}), 0) << item.dump();
+    EXPECT_TRUE(item.contains("source") && item.contains("bucket")) << item.dump();
+  }
+  EXPECT_NE(out.find("row 0 a.png: bucket 0, prompt_tokens "), std::string::npos) << out;
+  EXPECT_NE(out.find("source 40x36"), std::string::npos) << out;
+  EXPECT_NE(out.find("bucket 0: 4 items"), std::string::npos) << out;
+  // train --dry-run reads the same items, with the towers in the loop and from the cache alike,
+  // and starts no rank.
+  for (const std::string& source : {std::string(), cache_key + cache}) {
+    ASSERT_EQ(run_command(std::string(ZS_BINARY) + " train --dry-run --nproc 2 " + towers_args() + source, &out), 0)
+        << out;
+    EXPECT_NE(out.find("dry run: model.series " + series() + ", 2 ranks"), std::string::npos) << out;
+    EXPECT_NE(out.find("training reads 4 of 4 records from " + (source.empty() ? folder() + " (towers in the loop)"
+                                                                               : cache + " (a prepared cache)")),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("row 3 d.png: bucket 0, prompt_tokens "), std::string::npos) << out;
+    EXPECT_NE(out.find("source 64x48"), std::string::npos) << out;
+  }
 
   // Micro-batches of 2 (prompts of different lengths, padded with their masks where the series
   // has them, both ways). The run's config keeps the text inputs for sampling; the cache-trained

@@ -118,7 +118,7 @@ TEST(WanDatasets, ClipsOfEveryLengthPrepareToTheSameCacheAtEveryWorldSizeAndStra
   // The report: what was read of each item, then the items per clip length.
   for (const char* line : {"row 0 long.mp4: fps 8.0, frames 13,", "source 48x40", "row 1 mid.mp4: fps 24.0, frames 9,",
                            "row 2 short.mp4: fps 12.0, frames 5,", "source 64x48", "row 3 two.mp4: fps 8.0, frames 1,",
-                           "frames 13: 1 items", "frames 1: 1 items"}) {
+                           "frames 13: 1 item", "frames 1: 1 item"}) {
     EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
   }
   const Cache want = read_cache(root + "/w1");
@@ -253,4 +253,80 @@ TEST(WanDatasets, AFolderWithNoReadableRowIsRefusedNamingItsMetadata) {
   EXPECT_NE(run_command(prepare_command(dir, root + "/empty", 1, "no_shard"), &out), 0) << out;
   EXPECT_NE(out.find(dir + "/metadata.csv"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(root + "/empty")) << out;
+}
+
+// An empty or blank prompt is a bad row like an unreadable file: left out and listed by its CSV
+// line in skip mode (here together with a text file named .mp4), the same cache at every world
+// size and strategy; in stop mode it ends every rank naming its line and writes nothing.
+TEST(WanDatasets, AnEmptyPromptIsABadRowInSkipAndStopMode) {
+  const std::string root = make_temp_dir("wan_prompts");
+  const std::string dir = root + "/data";
+  fs::create_directories(dir);
+  for (const char* name : {"long.mp4", "mid.mp4", "short.mp4", "two.mp4", "notes.mp4"}) {
+    fs::copy_file(folder().faults + "/" + name, dir + "/" + name);
+  }
+  std::ofstream(dir + "/metadata.csv") << "video,prompt\nlong.mp4,a cat\nmid.mp4,\nshort.mp4,\"  \"\ntwo.mp4,blue sunset\n"
+                                          "notes.mp4,a field\n";
+  const std::string skip = " --set wan.on_bad_file=skip";
+  std::string out;
+  ASSERT_EQ(run_command(prepare_command(dir, root + "/w1", 1, "no_shard", skip), &out), 0) << out;
+  EXPECT_NE(out.find("cached 2 of 5 records"), std::string::npos) << out;
+  const Cache want = read_cache(root + "/w1");
+  std::vector<int64_t> records;
+  for (const auto& [r, t] : want.records) records.push_back(r);
+  EXPECT_EQ(records, (std::vector<int64_t>{0, 3})) << "the CSV rows of long and two";
+  const std::string left = want.index.at("left_out").dump();
+  EXPECT_NE(left.find("metadata.csv:3: column 'prompt': empty prompt"), std::string::npos) << left;
+  EXPECT_NE(left.find("metadata.csv:4: column 'prompt': empty prompt"), std::string::npos) << left;
+  EXPECT_NE(left.find("metadata.csv:6"), std::string::npos) << left;
+  EXPECT_EQ(want.index.at("left_out").size(), 3u) << left;
+  for (int world : {2, 3}) {
+    for (const char* strategy : kStrategies) {
+      const std::string what = std::string(strategy) + " at W = " + std::to_string(world);
+      const std::string cache = root + "/" + strategy + std::to_string(world);
+      ASSERT_EQ(run_command(prepare_command(dir, cache, world, strategy, skip), &out), 0) << what << "\n" << out;
+      expect_same_cache(want, read_cache(cache), what);
+    }
+  }
+  for (int world : {1, 2, 3}) {
+    const std::string cache = root + "/stop" + std::to_string(world);
+    EXPECT_NE(run_command(prepare_command(dir, cache, world, "optim_grads_params"), &out), 0) << out;
+    EXPECT_NE(out.find("metadata.csv:3: column 'prompt': empty prompt"), std::string::npos) << out;
+    EXPECT_EQ(out.find("terminate called"), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(cache) || fs::exists(cache + ".partial")) << out;
+  }
+}
+
+// `train --dry-run` reads every row as training would and says what it read of each. With the
+// towers in the loop every clip must have wan.num_frames frames (the sharded towers run in step),
+// so shorter clips are listed with the unreadable rows and the dry run fails saying how to train
+// on the rest; from a cache prepared in skip mode it lists the cached items and what was left out.
+TEST(WanDatasets, TrainDryRunReportsEveryRowWithTheTowersInTheLoopAndFromACache) {
+  const std::string root = make_temp_dir("wan_dry_run");
+  const std::string train = std::string(ZS_BINARY) + " train --dry-run --nproc 2 --config " + kConfigs +
+                            "base.yaml --set wan.tokenizer=" + folder().spm + " --set wan.num_frames=13";
+  std::string out;
+  EXPECT_NE(run_command(train + " --set wan.dataset=" + folder().faults, &out), 0) << out;
+  EXPECT_NE(out.find("dry run: model.series wan, 2 ranks"), std::string::npos) << out;
+  EXPECT_NE(out.find("training reads 1 of 7 records from " + folder().faults + " (towers in the loop)"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("row 0 long.mp4: fps 8.0, frames 13"), std::string::npos) << out;
+  EXPECT_NE(out.find("source 48x40"), std::string::npos) << out;
+  for (const char* line : {"metadata.csv:3", "metadata.csv:5", "metadata.csv:7"}) {
+    EXPECT_NE(out.find(std::string("left out: ") + line), std::string::npos) << line << "\n" << out;
+  }
+  EXPECT_NE(out.find("metadata.csv:4: 9 frames; with the towers in the loop every clip has 13"), std::string::npos) << out;
+  EXPECT_NE(out.find("wan.on_bad_file=skip"), std::string::npos) << out;
+  EXPECT_EQ(out.find("terminate called"), std::string::npos) << out;
+
+  const std::string cache = root + "/cache";
+  ASSERT_EQ(run_command(prepare_command(folder().faults, cache, 2, "optim_grads_params", " --set wan.on_bad_file=skip"),
+                        &out),
+            0)
+      << out;
+  ASSERT_EQ(run_command(train + " --set wan.cache=" + cache, &out), 0) << out;
+  EXPECT_NE(out.find("training reads 4 of 7 records from " + cache + " (a prepared cache)"), std::string::npos) << out;
+  EXPECT_NE(out.find("row 2 mid.mp4: fps 24.0, frames 9"), std::string::npos) << out;
+  EXPECT_NE(out.find("frames 5: 1 item"), std::string::npos) << out;
+  EXPECT_NE(out.find("left out: metadata.csv:3"), std::string::npos) << out;
 }
