@@ -82,16 +82,11 @@ std::pair<at::Tensor, at::Tensor> WanData::cached_item(int64_t item) const {
   return {cache_->read(item, "latent"), cache_->read(item, "context")};
 }
 
-at::Tensor WanData::video(int64_t item) const {
-  const std::string& path = media_paths_.at(static_cast<size_t>(item));
-  at::Tensor v = load_media(c_, path);
-  const int64_t expect = video_column_ ? c_.num_frames : 1;
-  if (v.size(1) != expect) {
-    throw std::runtime_error(path + ": " + std::to_string(v.size(1)) + " frames, but with the towers in the loop every " +
-                             "clip must have " + std::to_string(expect) + " (wan.num_frames; all ranks' sharded towers " +
-                             "run in step): prepare a cache (`zeroshard prepare`) for clips of other lengths");
-  }
-  return v;
+at::Tensor WanData::video(int64_t item) const { return load_media(c_, media_paths_.at(static_cast<size_t>(item))); }
+
+int64_t WanData::vae_chunks(int world) const {
+  if (cached() || !video_column_ || world <= 1) return 0;
+  return WanVaeImpl::encode_chunks(c_.num_frames);
 }
 
 // --- prepare -----------------------------------------------------------------------------------
@@ -121,15 +116,9 @@ std::string dry_run(const train::TrainConfig& cfg) {
   opts.collect_errors = true;
   const data::MediaDataset d = data::load_media_dataset(c.dataset, c.metadata, opts);
   const auto tok = text::SentencePieceTokenizer::from_file(c.tokenizer);
-  const int64_t expect = d.media_column == "video" ? c.num_frames : 1;
   const nlohmann::json index = diffusion::read_records(d, [&](const data::MediaSample& s) {
     at::Tensor v;
-    diffusion::RecordRead read = read_clip(c, tok, s, &v);
-    if (v.size(1) != expect) {
-      throw std::runtime_error(std::to_string(v.size(1)) + " frames; with the towers in the loop every clip has " +
-                               std::to_string(expect) + " (wan.num_frames)");
-    }
-    return read;
+    return read_clip(c, tok, s, &v);
   });
   return diffusion::dry_run_report("wan", c.dataset, index, true);
 }

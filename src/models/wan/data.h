@@ -36,9 +36,15 @@ class WanData {
   const std::string& prompt(int64_t item) const { return prompts_.at(static_cast<size_t>(item)); }
   // Cache: (latent, context) of an item.
   std::pair<at::Tensor, at::Tensor> cached_item(int64_t item) const;
-  // Towers in the loop: the item's clip [3, T, H, W] in [-1, 1] (T must be wan.num_frames for a
-  // video column, 1 for an image column: every rank's towers must run the same passes).
+  // Towers in the loop: the item's clip [3, T, H, W] in [-1, 1] as load_media reads it (T: at
+  // most wan.num_frames, a shorter clip's longest 1 + 4k; 1 for an image column).
   at::Tensor video(int64_t item) const;
+  // Towers in the loop on `world` ranks: the VAE encoder passes every rank runs per clip, so that
+  // sharded towers gather and free their units in step whatever the clips' lengths: those of
+  // the longest clip wan.num_frames gives (a shorter clip's own passes, then passes on zero
+  // frames whose output is dropped; the encoder is causal, so its latents do not change). 0
+  // (each clip its own) on one rank or for an image column.
+  int64_t vae_chunks(int world) const;
 
  private:
   const WanSeriesConfig& c_;
@@ -69,8 +75,7 @@ std::shared_ptr<ParamSource> dit_file_source(const std::string& path);
 std::string prepare_cache(const train::TrainConfig& cfg, const RendezvousInfo& rdv);
 
 // `train --dry-run` (Series::dry_run): the cache's items, or every record of wan.dataset read as
-// the towers in the loop read it (a clip of another length than wan.num_frames is a bad record
-// there).
+// the towers in the loop read it.
 std::string dry_run(const train::TrainConfig& cfg);
 
 }  // namespace zeroshard::models::wan

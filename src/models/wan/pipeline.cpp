@@ -152,11 +152,12 @@ at::Tensor WanPipelineImpl::loss(const WanBatch& b) {
   in.push_back(b.sigmas);
   in.push_back(b.timesteps);
   in.push_back(b.weights);
-  return call_hooked(in, [this, B, towers](const std::vector<at::Tensor>& x) {
+  const int64_t chunks = b.vae_chunks;
+  return call_hooked(in, [this, B, towers, chunks](const std::vector<at::Tensor>& x) {
     std::vector<at::Tensor> x0, ctx;
     size_t k = 0;
     if (towers) {
-      for (size_t i = 0; i < B; ++i) x0.push_back(encode_video(x[i]));
+      for (size_t i = 0; i < B; ++i) x0.push_back(encode_video(x[i], chunks));
       for (size_t i = 0; i < B; ++i) ctx.push_back(encode_text(x[B + i], x[2 * B + i]));
       k = 3 * B;
     } else {

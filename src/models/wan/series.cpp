@@ -152,6 +152,7 @@ class WanTask : public train::GeneratedSampleTask {
     b.sigmas = draws.sigmas();
     b.timesteps = draws.timesteps();
     b.weights = draws.weights();
+    b.vae_chunks = data_.vae_chunks(world_);
     return model_->loss(b);
   }
 

@@ -67,6 +67,7 @@ struct WanSeriesConfig : train::SeriesConfigBase<WanSeriesConfig> {
 struct WanBatch {
   std::vector<at::Tensor> latents, contexts, videos, ids, masks, noises;
   at::Tensor sigmas, timesteps, weights;
+  int64_t vae_chunks = 0;  // towers in the loop: VAE encoder passes per clip (WanData::vae_chunks)
 };
 
 // The trained root: the DiT, and (towers in the loop, or for prepare / sampling) the frozen umT5

@@ -1,7 +1,8 @@
 // What the flux2 series (FLUX.2 as released) alone is checked for, with the tiny Qwen3 tokenizer of
 // the qwen3 tests: the prompt as Flux2KleinPipeline encodes it, DiffSynth's training and BFL's
-// sampling schedules, dev.yaml's Mistral Small 3.1 tower at its published size and
-// the DiT from a released-layout file. The checks every image series shares (strategy parity,
+// sampling schedules, dev.yaml's Mistral Small 3.1 tower at its published size, a toy FLUX.2 [dev]
+// with that tower (its prompt template; prepare -> train -> sample, towers in the loop and from the
+// cache) and the DiT from a released-layout file. The checks every image series shares (strategy parity,
 // resume, prepare + sampling, falling loss, the published sizes of klein_4b.yaml, klein_9b.yaml
 // and dev.yaml) are its row in tests/models/diffusion/test_image_series.cpp.
 #include "models/flux2/mistral_text.h"
@@ -13,7 +14,12 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 
 using namespace zeroshard;
 using namespace zeroshard::testing;
@@ -34,7 +40,80 @@ std::string towers_args() {
          " --set run.progress=false --set parallel.comm_timeout_s=120";
 }
 
+// A byte-level tokenizer.json with Mistral's control tokens, for a FLUX.2 [dev] at toy size: the
+// tiny Qwen3 tokenizer's BPE plus <unk>, <s>, </s>, [INST], [/INST], [SYSTEM_PROMPT],
+// [/SYSTEM_PROMPT] and <pad> as added tokens 559-566 (the template's tokens; the released file's
+// ranks are checked by tests/text/mistral_parity.mjs). Returns its path (567 ids).
+const std::string& tiny_mistral_tokenizer() {
+  static const std::string path = [] {
+    nlohmann::json t = nlohmann::json::parse(read_text(kTokenizer));
+    int32_t id = 559;
+    for (const char* name : {"<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "<pad>"}) {
+      t["added_tokens"].push_back({{"id", id++}, {"content", name}, {"single_word", false}, {"lstrip", false},
+                                   {"rstrip", false}, {"normalized", false}, {"special", true}});
+    }
+    const std::string file = make_temp_dir("flux2_mistral_tok") + "/tokenizer.json";
+    std::ofstream(file) << t.dump();
+    return file;
+  }();
+  return path;
+}
+
+// The toy FLUX.2 [dev]: base.yaml's sizes with the Mistral tower, the guidance embedding and
+// 512 prompt slots (FLUX.2's system message alone takes most of them here).
+std::string dev_args() {
+  return "--config " + kConfigs + "base.yaml --set flux2.dataset=" + folder() + " --set flux2.tokenizer=" +
+         tiny_mistral_tokenizer() + " --set flux2.text_tower=mistral --set flux2.text_vocab=567" +
+         " --set flux2.text_len=512 --set flux2.guidance_embeds=true --set run.progress=false" +
+         " --set parallel.comm_timeout_s=120";
+}
+
 }  // namespace
+
+TEST(Flux2Series, DevsPromptIsMistralsTemplateWithFlux2sSystemMessageLeftPadded) {
+  // Flux2Pipeline (dev): apply_chat_template([system, user]) -> "<s>[SYSTEM_PROMPT]...[/INST]",
+  // padding="max_length" on the left, truncation=True (the first text_len tokens kept).
+  text::BpeTokenizer tok = text::BpeTokenizer::from_file(tiny_mistral_tokenizer());
+  const std::vector<int32_t> expect = tok.encode(models::flux2::mistral_chat_text("a red cat"));
+  ASSERT_EQ(expect.front(), *tok.token_to_id("<s>"));
+  EXPECT_EQ(std::count(expect.begin(), expect.end(), *tok.token_to_id("[INST]")), 1);
+  EXPECT_EQ(expect.back(), *tok.token_to_id("[/INST]"));
+  const int64_t n = static_cast<int64_t>(expect.size()), len = n + 7;
+  const auto [ids, mask] = models::flux2::mistral_prompt_ids(tok, "a red cat", len);
+  ASSERT_EQ(ids.sizes(), (std::vector<int64_t>{1, len}));
+  const int64_t pad = *tok.token_to_id("<pad>");
+  for (int64_t i = 0; i < len; ++i) {
+    const bool real = i >= 7;
+    EXPECT_EQ(ids[0][i].item<int64_t>(), real ? expect[static_cast<size_t>(i - 7)] : pad) << i;
+    EXPECT_EQ(mask[0][i].item<int64_t>(), real ? 1 : 0) << i;
+  }
+  const auto [cut, cut_mask] = models::flux2::mistral_prompt_ids(tok, "a red cat", 5);
+  EXPECT_EQ(cut_mask.sum().item<int64_t>(), 5);
+  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(cut[0][i].item<int64_t>(), expect[static_cast<size_t>(i)]) << i;
+}
+
+TEST(Flux2Series, DevWithItsMistralTowerPreparesTrainsAsFromItsCacheAndSamples) {
+  // prepare (the Mistral tower and the VAE sharded over 2 ranks) -> train with the towers in the
+  // loop and from the cache: the same losses, bitwise -> sample the cache-trained run.
+  const std::string cache = make_temp_dir("flux2_dev_cache") + "/cache";
+  std::string out;
+  ASSERT_EQ(run_command(std::string(ZS_BINARY) + " prepare --nproc 2 " + dev_args() + " --set flux2.cache=" + cache, &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("cached 4 of 4 records"), std::string::npos) << out;
+  const std::string steps = " --set train.steps=3 --set train.grad_accum=2";
+  TrainRun towers = train_series(dev_args() + steps, 2, "flux2_dev_towers");
+  ASSERT_EQ(towers.exit_code, 0) << towers.output;
+  TrainRun cached = train_series(dev_args() + steps + " --set flux2.cache=" + cache, 2, "flux2_dev_cached");
+  ASSERT_EQ(cached.exit_code, 0) << cached.output;
+  EXPECT_EQ(loss_texts(towers), loss_texts(cached));
+  const std::string png = cached.dir + "/dev.png";
+  ASSERT_EQ(run_command(std::string(ZS_BINARY) + " sample " + cached.dir + " --nproc 2 --clips 2 --steps 3 --out " + png,
+                        &out),
+            0)
+      << out;
+  EXPECT_TRUE(std::filesystem::exists(png)) << out;
+}
 
 TEST(Flux2Series, ThePromptIsQwen3sChatTemplateWithoutThinkingPaddedToTextLen) {
   // apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,

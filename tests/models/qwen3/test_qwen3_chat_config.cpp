@@ -67,13 +67,15 @@ TEST(Qwen3ChatConfig, ParsesToAPackedChatCorpus) {
   const auto& s = cfg.series_config<models::qwen3::QwenSeriesConfig>();
   EXPECT_EQ(s.kind, "chat");
   EXPECT_TRUE(s.packing);
-  EXPECT_TRUE(fs::exists(kSource + "/" + s.inputs)) << "data.inputs=" << s.inputs << " (relative to the repository root)";
-  EXPECT_TRUE(fs::exists(kSource + "/" + s.tokenizer)) << "data.tokenizer=" << s.tokenizer;
+  // The config's paths are relative to its folder: resolved against an absolute config path.
+  EXPECT_EQ(s.inputs, kSource + "/examples/data/qwen3_chat.jsonl");
+  EXPECT_TRUE(fs::exists(s.inputs)) << "data.inputs=" << s.inputs;
+  EXPECT_TRUE(fs::exists(s.tokenizer)) << "data.tokenizer=" << s.tokenizer;
 }
 
 TEST(Qwen3ChatConfig, PreparesAndTrainsOnAssistantTokensWithPacking) {
   const train::TrainConfig cfg = train::load_config(kSource + "/" + kChatConfig, {});
-  const std::string inputs = kSource + "/" + cfg.series_config<models::qwen3::QwenSeriesConfig>().inputs;
+  const std::string inputs = cfg.series_config<models::qwen3::QwenSeriesConfig>().inputs;
   const std::string dir = make_temp_dir("qwen3_chat_config"), data = dir + "/chat";
   std::string out;
   ASSERT_EQ(zeroshard_in_source("prepare --nproc 2 --config " + kChatConfig + " --set data.output=" + data, &out), 0)
