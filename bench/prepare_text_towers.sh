@@ -57,7 +57,7 @@ for s in ${TOWERS:-flux1 flux2}; do
       if [ ! -f "$OUT/tok/t5/spm.model" ]; then
         mkdir -p "$OUT/tok/t5"
         cat /usr/share/common-licenses/* > "$OUT/tok/t5/corpus.txt"
-        spm_train --input="$OUT/tok/t5/corpus.txt" --model_prefix="$OUT/tok/t5/spm" --vocab_size=4000 \
+        spm_train --input="$OUT/tok/t5/corpus.txt" --model_prefix="$OUT/tok/t5/spm" --vocab_size=2000 --hard_vocab_limit=false \
           --model_type=unigram --pad_id=0 --eos_id=1 --unk_id=2 --bos_id=-1 > /dev/null 2>&1
       fi
       prepare flux1 configs/flux1/dev.yaml "text_encoder clip" \
