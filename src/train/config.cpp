@@ -44,7 +44,7 @@ ConfigKeys config_keys(TrainConfig& c) {
   // model.series is read before the other keys (it decides which keys exist): see load_config.
   k.add_string("model.series", &c.series, series_names, "the model series (src/models/<series>/)");
   k.add_path("model.init_from", &c.init_from,
-               "a safetensors file (or index) or a torch.save state dict (.pth) with every parameter; LoRA: every base parameter");
+             "a safetensors file (or index) or a torch.save state dict (.pth) with every parameter; LoRA: every base parameter");
   k.add_enum<FrozenStorage>("model.frozen_storage", &c.frozen_storage,
                             {{"memory", FrozenStorage::Memory}, {"file", FrozenStorage::File}},
                             "where frozen weights read from files live: each rank's shard in memory, or used in place "
@@ -85,7 +85,7 @@ ConfigKeys config_keys(TrainConfig& c) {
   k.add_float("lora.alpha", &c.lora.alpha, 0.0, 1e6, "LoRA alpha (the adapter is scaled by alpha / rank)");
   k.add_string("lora.targets", &c.lora.targets, {}, "comma-separated Linear layers to adapt: a last name component (wq) or the last components (ffn.0)");
   k.add_path("lora.init_from", &c.lora.init_from,
-               "a PEFT adapter (folder with adapter_config.json, or its adapter_model.safetensors) to continue from");
+             "a PEFT adapter (folder with adapter_config.json, or its adapter_model.safetensors) to continue from");
 
   const std::vector<std::pair<std::string, DType>> dtypes = {{"fp32", DType::FP32}, {"bf16", DType::BF16}};
   k.add_enum<DType>("mixed_precision.param_dtype", &c.mixed_precision.param_dtype, dtypes,

@@ -14,18 +14,18 @@ namespace zeroshard::models::diffusion {
 
 void ImageSeriesKeys::register_keys(train::ConfigKeys& k, const std::string& s, const std::string& tokenizer_what) {
   k.add_path(s + ".dit_from", &dit_from,
-               "the DiT's released file (safetensors or its index.json); empty: seeded (LoRA adapters always seeded)");
+             "the DiT's released file (safetensors or its index.json); empty: seeded (LoRA adapters always seeded)");
   k.add_path(s + ".vae_from", &vae_from,
-               "the frozen VAE's file (safetensors or torch .pth, released names); empty: seeded");
+             "the frozen VAE's file (safetensors or torch .pth, released names); empty: seeded");
   k.add_path(s + ".text_encoder_from", &text_encoder_from,
-               "the frozen text encoder's file (safetensors, index.json or .pth, released names); empty: seeded");
+             "the frozen text encoder's file (safetensors, index.json or .pth, released names); empty: seeded");
   k.add_path(s + ".tokenizer", &tokenizer, tokenizer_what);
   k.add_path(s + ".dataset", &dataset, "a DiffSynth folder: metadata.csv (image, prompt) + jpg/png/webp");
   k.add_path(s + ".metadata", &metadata,
-               "the dataset's metadata file (.csv, .json or .jsonl; image paths relative to the dataset folder); "
-               "empty: the folder's metadata.csv, .json or .jsonl");
+             "the dataset's metadata file (.csv, .json or .jsonl; image paths relative to the dataset folder); "
+             "empty: the folder's metadata.csv, .json or .jsonl");
   k.add_path(s + ".cache", &cache,
-               "a conditioning cache (`zeroshard prepare` writes it): train without the towers; empty: towers in the loop");
+             "a conditioning cache (`zeroshard prepare` writes it): train without the towers; empty: towers in the loop");
   k.add_int(s + ".height", &height, 16, 1 << 14, "image height (resize + centre crop)");
   k.add_int(s + ".width", &width, 16, 1 << 14, "image width");
   k.add_string(s + ".buckets", &buckets, {},

@@ -248,7 +248,7 @@ class ImageTask : public train::GeneratedSampleTask {
 };
 
 // One record read as prepare and training read it: the image at its bucket's size (into *image
-// when given), what the report shows of it.
+// when given), what index.json and the report show of it (its bucket included).
 RecordRead read_image(const data::MediaSample& sample, const std::vector<std::pair<int64_t, int64_t>>& sizes,
                       ImagePipelineImpl& p, at::Tensor* image) {
   const int64_t bucket = bucket_of_file(sizes, sample.media_path);
@@ -259,8 +259,8 @@ RecordRead read_image(const data::MediaSample& sample, const std::vector<std::pa
   RecordRead read;
   read.info = {{"source", std::to_string(source.first) + "x" + std::to_string(source.second)},
                {"size", std::to_string(ww) + "x" + std::to_string(hh)},
-               {"prompt_tokens", p.prompt_tokens(sample.prompt)}};
-  if (image == nullptr) read.info["bucket"] = bucket;  // prepare's items get it from describe
+               {"prompt_tokens", p.prompt_tokens(sample.prompt)},
+               {"bucket", bucket}};
   return read;
 }
 
@@ -313,12 +313,11 @@ std::string prepare(const ImageSeriesSpec& spec, const train::TrainConfig& cfg, 
     return NamedTensors(out.begin(), out.end());
   };
   prepare_records(*comm, d, s + ".on_bad_file", k.on_bad_file == "skip", writer, h);
-  // Each item's bucket in index.json: rank 0 finds it again from the file's size (describe).
   nlohmann::json meta = {{"dataset", k.dataset}, {"left_out", d.errors}, {"buckets", k.bucket_text(s)}};
   for (const auto& [key, value] : spec.cache_shape(cfg)) meta[key] = value;
-  const int64_t n = writer.finish(*comm, spec.cache_format, meta, [&d, &sizes](int64_t row) {
+  const int64_t n = writer.finish(*comm, spec.cache_format, meta, [&d](int64_t row) {
     const auto& item = sample_of_row(d.samples, row);
-    return nlohmann::json{{"media", item.media}, {"prompt", item.prompt}, {"bucket", bucket_of_file(sizes, item.media_path)}};
+    return nlohmann::json{{"media", item.media}, {"prompt", item.prompt}};
   });
   const int64_t rows = static_cast<int64_t>(d.samples.size() + d.errors.size());
   if (rank != 0) return {};

@@ -50,7 +50,7 @@ void prepare_records(Communicator& comm, const data::MediaDataset& dataset, cons
                      bool skip, CacheWriter& writer, const RecordHandlers& handlers);
 
 // `train --dry-run` with the towers in the loop: every sample read as prepare reads it, on this
-// process, no towers: {"items": [{"record": row, "media", ...read.info, ...describe(row)}],
+// process, no towers: {"items": [{"record": row, "media", ...read.info}],
 // "left_out": the dataset's errors, then each record read() threw on ("<location>: <why>")},
 // prepared_report's input.
 nlohmann::json read_records(const data::MediaDataset& dataset,

@@ -61,12 +61,12 @@ void Flux1SeriesConfig::register_keys(train::ConfigKeys& k) {
   k.add_float("flux1.true_cfg_scale", &true_cfg_scale, 0.0, 1e3,
               "sampling: true CFG v_neg + c (v_pos - v_neg) when > 1 (DiffSynth's cfg_scale; 1: off)");
   k.add_path("flux1.clip_from", &io.extra_from["clip_from"],
-               "CLIP-L's released file (text_encoder/model.safetensors, CLIPTextModel names); empty: seeded");
+             "CLIP-L's released file (text_encoder/model.safetensors, CLIPTextModel names); empty: seeded");
   k.add_path("flux1.clip_tokenizer", &clip_tokenizer,
-               "CLIP's tokenizer: the released tokenizer/ folder (vocab.json + merges.txt) or a tokenizer.json");
+             "CLIP's tokenizer: the released tokenizer/ folder (vocab.json + merges.txt) or a tokenizer.json");
   k.add_path("flux1.pooled_file", &pooled_file,
-               "instead of the CLIP tower: safetensors with CLIP-L's pooled vector [768] per prompt, each tensor named "
-               "by its prompt (docs/flux1.md); read with the towers in the loop, by prepare and sampling");
+             "instead of the CLIP tower: safetensors with CLIP-L's pooled vector [768] per prompt, each tensor named "
+             "by its prompt (docs/flux1.md); read with the towers in the loop, by prepare and sampling");
 }
 
 Flux1Config Flux1SeriesConfig::dit_config() const {

@@ -84,8 +84,8 @@ std::pair<at::Tensor, at::Tensor> WanData::cached_item(int64_t item) const {
 
 at::Tensor WanData::video(int64_t item) const { return load_media(c_, media_paths_.at(static_cast<size_t>(item))); }
 
-int64_t WanData::vae_chunks(int world) const {
-  if (cached() || !video_column_ || world <= 1) return 0;
+int64_t WanData::vae_chunks(int world, bool towers_sharded) const {
+  if (cached() || !video_column_ || world <= 1 || !towers_sharded) return 0;
   return WanVaeImpl::encode_chunks(c_.num_frames);
 }
 

@@ -39,12 +39,13 @@ class WanData {
   // Towers in the loop: the item's clip [3, T, H, W] in [-1, 1] as load_media reads it (T: at
   // most wan.num_frames, a shorter clip's longest 1 + 4k; 1 for an image column).
   at::Tensor video(int64_t item) const;
-  // Towers in the loop on `world` ranks: the VAE encoder passes every rank runs per clip, so that
-  // sharded towers gather and free their units in step whatever the clips' lengths: those of
-  // the longest clip wan.num_frames gives (a shorter clip's own passes, then passes on zero
-  // frames whose output is dropped; the encoder is causal, so its latents do not change). 0
-  // (each clip its own) on one rank or for an image column.
-  int64_t vae_chunks(int world) const;
+  // Towers in the loop on `world` ranks whose towers are sharded (gathered for each pass,
+  // optim_grads_params): the VAE encoder passes every rank runs per clip, so that the ranks
+  // gather and free its units in step whatever the clips' lengths: those of the longest clip
+  // wan.num_frames gives (a shorter clip's own passes, then passes on zero frames whose output is
+  // dropped; the encoder is causal, so its latents do not change). 0 (each clip its own) on one
+  // rank, with replicated towers (no collective in their forward) or for an image column.
+  int64_t vae_chunks(int world, bool towers_sharded) const;
 
  private:
   const WanSeriesConfig& c_;

@@ -32,21 +32,21 @@ void WanSeriesConfig::register_keys(train::ConfigKeys& k) {
     k.add_int("wan.vae_num_res_blocks", &vae.num_res_blocks, 1, 16, "VAE residual blocks per level (2)");
   }
   k.add_path("wan.vae_from", &vae_from,
-               "the frozen VAE: Wan2.1_VAE.pth as released (torch.save) or safetensors, Wan2.1_VAE names; empty: seeded");
+             "the frozen VAE: Wan2.1_VAE.pth as released (torch.save) or safetensors, Wan2.1_VAE names; empty: seeded");
   k.add_path("wan.text_encoder_from", &text_encoder_from,
-               "the frozen umT5 encoder: models_t5_umt5-xxl-enc-bf16.pth as released or safetensors, Wan's T5Encoder "
-               "names; empty: seeded");
+             "the frozen umT5 encoder: models_t5_umt5-xxl-enc-bf16.pth as released or safetensors, Wan's T5Encoder "
+             "names; empty: seeded");
   k.add_path("wan.dit_from", &dit_from,
-               "the DiT's initial values: the released diffusion_pytorch_model.safetensors (or its .index.json), "
-               "Wan's original names or the diffusers layout; adapters stay seeded; empty: seeded");
+             "the DiT's initial values: the released diffusion_pytorch_model.safetensors (or its .index.json), "
+             "Wan's original names or the diffusers layout; adapters stay seeded; empty: seeded");
   k.add_path("wan.tokenizer", &tokenizer, "the umT5 SentencePiece model (spiece.model) for prompts");
   k.add_path("wan.dataset", &dataset, "a DiffSynth dataset folder: metadata.csv (video or image, prompt) + media");
   k.add_path("wan.metadata", &metadata,
-               "the dataset's metadata file (.csv, .json or .jsonl; media paths relative to the dataset folder); "
-               "empty: the folder's metadata.csv, .json or .jsonl");
+             "the dataset's metadata file (.csv, .json or .jsonl; media paths relative to the dataset folder); "
+             "empty: the folder's metadata.csv, .json or .jsonl");
   k.add_path("wan.cache", &cache,
-               "a conditioning cache (`zeroshard prepare` writes it): train without the towers; empty: towers in "
-               "the loop");
+             "a conditioning cache (`zeroshard prepare` writes it): train without the towers; empty: towers in "
+             "the loop");
   k.add_int("wan.height", &height, 16, 1 << 14, "clip height (resize + centre crop; a multiple of 16)");
   k.add_int("wan.width", &width, 16, 1 << 14, "clip width (a multiple of 16)");
   k.add_int("wan.num_frames", &num_frames, 1, 1 << 14, "frames per clip, 1 + 4k (a shorter video gives its longest 1 + 4k)");

@@ -152,7 +152,7 @@ class WanTask : public train::GeneratedSampleTask {
     b.sigmas = draws.sigmas();
     b.timesteps = draws.timesteps();
     b.weights = draws.weights();
-    b.vae_chunks = data_.vae_chunks(world_);
+    b.vae_chunks = data_.vae_chunks(world_, cfg_.parallel.strategy == Strategy::OptimGradsParams);
     return model_->loss(b);
   }
 

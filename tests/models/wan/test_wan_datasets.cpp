@@ -333,8 +333,9 @@ TEST(WanDatasets, TrainDryRunReportsEveryRowWithTheTowersInTheLoopAndFromACache)
   EXPECT_NE(out.find("left out: metadata.csv:3"), std::string::npos) << out;
 }
 
-// Clips of 13, 9, 5 and 1 frames train with the towers in the loop: every rank's sharded VAE runs
-// the passes of a 13-frame clip for each (the extra ones on zero frames, dropped), so the four
+// Clips of 13, 9, 5 and 1 frames train with the towers in the loop: under optim_grads_params every
+// rank's sharded VAE runs the passes of a 13-frame clip for each (the extra ones on zero frames,
+// dropped; the other strategies' replicated VAE runs each clip's own), so the four
 // strategies agree bitwise at W = 3 with accumulation; W = 1 and W = 2 give the same losses for
 // the same global batches (to summation order); and a cache of the same clips trains bitwise as
 // the towers in the loop do (the extra passes change no latent).
