@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages zeroshard needs; a no-op when all are present.
 set -euo pipefail
-PKGS=(build-essential cmake ccache libtorch-dev libgloo-dev libyaml-cpp-dev libcli11-dev
+PKGS=(build-essential cmake ninja-build ccache libtorch-dev libgloo-dev libyaml-cpp-dev libcli11-dev
       nlohmann-json3-dev libgtest-dev libbenchmark-dev libopenblas0-pthread libopenblas0-openmp python3-torch chromium
       iproute2 pkg-config libpcre2-dev libicu-dev libsentencepiece-dev sentencepiece
       libjpeg-dev libpng-dev libwebp-dev libavformat-dev libavcodec-dev libswscale-dev libavutil-dev ffmpeg

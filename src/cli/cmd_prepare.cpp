@@ -32,6 +32,7 @@ Command add_prepare(CLI::App& app) {
               throw std::invalid_argument("model.series " + cfg.series + " has nothing to prepare (it trains on data "
                                           "it reads or generates itself)");
             }
+            if (series.check_prepare) series.check_prepare(cfg);
             return launch_or_run(a->nproc, {}, [&](const RendezvousInfo& rdv) {
               // parallel.threads as training takes it: the towers' results depend on the threads per rank.
               util::set_compute_threads(cfg.parallel.threads > 0 ? static_cast<int>(cfg.parallel.threads)

@@ -1,9 +1,10 @@
 #include "zeroshard/comm.h"
 
-#include "comm/first_error.h"
+#include "comm/agree.h"
 #include "comm/launch_env.h"
 #include "comm/work_queue.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -136,18 +137,38 @@ std::shared_ptr<Communicator> make_communicator(const RendezvousInfo& info, cons
   return options.check_desync ? with_desync_check(std::move(comm)) : comm;
 }
 
+std::string broadcast_string(Communicator& comm, const std::string& mine, int root) {
+  at::Tensor size = at::tensor({static_cast<int64_t>(mine.size())}, at::kLong);
+  comm.broadcast(size, root);
+  at::Tensor bytes = at::zeros({size.item<int64_t>()}, at::kByte);
+  if (comm.rank() == root) std::memcpy(bytes.data_ptr<uint8_t>(), mine.data(), mine.size());
+  comm.broadcast(bytes, root);
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
+}
+
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine) {
+  const int world = comm.world_size();
+  at::Tensor sizes = at::empty({world}, at::kLong);
+  comm.all_gather(at::tensor({static_cast<int64_t>(mine.size())}, at::kLong), sizes);
+  const int64_t* n = sizes.data_ptr<int64_t>();
+  const int64_t longest = std::max<int64_t>(1, *std::max_element(n, n + world));
+  at::Tensor padded = at::zeros({longest}, at::kByte), all = at::empty({world * longest}, at::kByte);
+  std::memcpy(padded.data_ptr<uint8_t>(), mine.data(), mine.size());
+  comm.all_gather(padded, all);
+  std::vector<std::string> out;
+  for (int r = 0; r < world; ++r) {
+    out.emplace_back(reinterpret_cast<const char*>(all.data_ptr<uint8_t>()) + r * longest, static_cast<size_t>(n[r]));
+  }
+  return out;
+}
+
 std::string first_error(Communicator& comm, const std::string& error) {
   const int world = comm.world_size();
   at::Tensor failed = at::empty({world}, at::kLong);
   comm.all_gather(at::tensor({static_cast<int64_t>(error.empty() ? 0 : 1)}, at::kLong), failed);
   for (int r = 0; r < world; ++r) {
     if (failed[r].item<int64_t>() == 0) continue;
-    at::Tensor size = at::tensor({static_cast<int64_t>(error.size())}, at::kLong);
-    comm.broadcast(size, r);
-    at::Tensor bytes = at::zeros({size.item<int64_t>()}, at::kByte);
-    if (comm.rank() == r) std::memcpy(bytes.data_ptr<uint8_t>(), error.data(), error.size());
-    comm.broadcast(bytes, r);
-    const std::string message(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(bytes.numel()));
+    const std::string message = broadcast_string(comm, error, r);
     return comm.rank() == r ? message : message + " (rank " + std::to_string(r) + ")";
   }
   return {};

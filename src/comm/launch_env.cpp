@@ -1,5 +1,7 @@
 #include "comm/launch_env.h"
 
+#include "util/text.h"
+
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netdb.h>
@@ -19,16 +21,8 @@ extern char** environ;
 namespace zeroshard::comm {
 namespace {
 
-bool all_digits(const std::string& s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
-  }
-  return true;
-}
-
 uint64_t parse_u64(const std::string& what, const std::string& v) {
-  if (!all_digits(v) || v.size() > 19) {
+  if (!util::all_digits(v) || v.size() > 19) {
     throw std::invalid_argument(what + "='" + v + "' is not a non-negative integer");
   }
   return std::stoull(v);

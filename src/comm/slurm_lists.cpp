@@ -1,6 +1,7 @@
 // Slurm's list syntaxes: hostlist expressions ("node[01-03,07],gpu5") and compressed
 // per-node counts ("2(x3),1"). Declared in comm/launch_env.h.
 #include "comm/launch_env.h"
+#include "util/text.h"
 
 #include <cctype>
 #include <limits>
@@ -11,16 +12,10 @@ namespace {
 
 constexpr size_t kMaxHosts = 1 << 20;  // a list expanding past this is a typo, not a cluster
 
-bool all_digits(const std::string& s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
-  }
-  return true;
-}
-
 uint64_t parse_count(const std::string& what, const std::string& v) {
-  if (!all_digits(v) || v.size() > 18) throw std::invalid_argument(what + ": '" + v + "' is not a non-negative integer");
+  if (!util::all_digits(v) || v.size() > 18) {
+    throw std::invalid_argument(what + ": '" + v + "' is not a non-negative integer");
+  }
   return std::stoull(v);
 }
 
@@ -53,7 +48,7 @@ void expand_range(const std::string& range, const std::string& expr, std::vector
   const auto dash = range.find('-');
   const std::string lo_text = range.substr(0, dash);
   const std::string hi_text = dash == std::string::npos ? lo_text : range.substr(dash + 1);
-  if (!all_digits(lo_text) || !all_digits(hi_text) || lo_text.size() > 18 || hi_text.size() > 18) {
+  if (!util::all_digits(lo_text) || !util::all_digits(hi_text) || lo_text.size() > 18 || hi_text.size() > 18) {
     throw std::invalid_argument("hostlist '" + expr + "': '" + range + "' is not a number or a range lo-hi");
   }
   const uint64_t lo = std::stoull(lo_text), hi = std::stoull(hi_text);

@@ -78,6 +78,11 @@ struct Series {
   // a pipeline's frozen towers once into a conditioning cache that training then reads without
   // them). Returns what rank 0 prints. Empty: nothing to prepare.
   std::function<std::string(const train::TrainConfig&, const RendezvousInfo&)> prepare;
+  // `zeroshard prepare`, once before any rank starts: throws std::invalid_argument naming the key
+  // or file when prepare cannot run (a required key unset, an unreadable metadata file or
+  // tokenizer, a bad row in stop mode, an output it must not replace), so the error is printed
+  // once and no rank starts. Empty function: prepare finds such errors on its ranks.
+  std::function<void(const train::TrainConfig&)> check_prepare;
   // `zeroshard train`: what this config's training reads that `prepare` with the same config
   // writes, when it is missing: one sentence naming the key and the file. Empty when it is there
   // (or the config reads no prepared data). train then refuses to start, printing the prepare

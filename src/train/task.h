@@ -55,6 +55,11 @@ class Task {
     (void)comm;
     return nlohmann::json::object();
   }
+  // Once, after the task is made and before notes() and the first step, on every rank (may run
+  // collectives): the ranks agree on what the data holds where no rank can tell alone, e.g. which
+  // files read under <series>.on_bad_file=skip with the towers in the loop, each rank reading its
+  // share.
+  virtual void agree_on_data(Communicator& comm) { (void)comm; }
   // What the task found in its data (sizes, splits, truncations): logged by every rank, printed
   // by rank 0 at the start of training.
   virtual std::vector<std::string> notes() const { return {}; }

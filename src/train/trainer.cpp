@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include "checkpoint/checkpoint.h"
+#include "comm/agree.h"
 #include "checkpoint/peft.h"
 #include "io/file.h"
 #include "io/run_lock.h"
@@ -70,16 +71,6 @@ std::string default_run_dir(const TrainConfig& c) {
 }
 
 namespace {
-
-// Rank 0 decides, everybody agrees (ranks may start at different seconds).
-std::string agree_on_string(Communicator& comm, const std::string& mine) {
-  at::Tensor len = at::full({1}, static_cast<int64_t>(mine.size()), at::kLong);
-  comm.broadcast(len, 0);
-  at::Tensor bytes = at::zeros({len.item<int64_t>()}, at::kByte);
-  if (comm.rank() == 0) std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
-  comm.broadcast(bytes, 0);
-  return std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel()));
-}
 
 std::string human_count(double x) {
   char buf[32];
@@ -240,7 +231,7 @@ void Trainer::setup() {
     if (ckdir.parent_path().filename() == "checkpoints") proposed_run_dir = ckdir.parent_path().parent_path().string();
   }
   if (proposed_run_dir.empty()) proposed_run_dir = default_run_dir(cfg);
-  s.run_dir = agree_on_string(*s.comm, proposed_run_dir);
+  s.run_dir = broadcast_string(*s.comm, proposed_run_dir, 0);
   s.checkpoint_root = s.run_dir + "/checkpoints";
   // One run, one folder: rank 0 locks it (for the job's life) and checks what an earlier run
   // left there before any rank writes a byte; every rank learns the outcome and fails alike.
@@ -263,7 +254,7 @@ void Trainer::setup() {
       s.run_lock.reset();
     }
   }
-  refusal = agree_on_string(*s.comm, refusal);
+  refusal = broadcast_string(*s.comm, refusal, 0);
   if (!refusal.empty()) throw std::runtime_error(refusal);
   fs::create_directories(s.run_dir);
   s.log = std::make_unique<RankLog>(s.run_dir + "/rank" + std::to_string(s.rank) + ".log", s.rank);
@@ -297,6 +288,7 @@ void Trainer::setup() {
     s.log->line(note);
     if (s.rank == 0 && cfg.run.progress) std::printf("%s\n", note.c_str());
   };
+  s.task->agree_on_data(*s.comm);
   for (const std::string& note : s.task->notes()) announce(note);
   if (cfg.train.eval_every > 0 && !s.task->has_validation()) {
     throw std::invalid_argument("train.eval_every=" + std::to_string(cfg.train.eval_every) + ": model.series " +

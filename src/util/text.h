@@ -7,6 +7,15 @@
 
 namespace zeroshard::util {
 
+// Non-empty and only the digits 0-9.
+inline bool all_digits(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
 inline bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
 inline bool ends_with(const std::string& s, const std::string& suffix) {

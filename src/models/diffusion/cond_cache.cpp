@@ -1,6 +1,6 @@
 #include "models/diffusion/cond_cache.h"
 
-#include "comm/first_error.h"
+#include "comm/agree.h"
 #include "io/safetensors.h"
 #include "nn/init.h"
 
@@ -48,15 +48,17 @@ int64_t record_rounds(int64_t records, int world) { return (records + world - 1)
 
 // --- CacheWriter -------------------------------------------------------------------------------
 
-CacheWriter::CacheWriter(std::string dir, int rank) : dir_(std::move(dir)), rank_(rank) {
+CacheWriter::CacheWriter(std::string dir, int rank) : dir_(std::move(dir)), rank_(rank) { check_folder(dir_); }
+
+void CacheWriter::check_folder(const std::string& dir) {
   // finish() replaces the folder: only an older cache (its index.json) or an empty folder.
   std::error_code ec;
-  if (fs::is_directory(dir_, ec) && !fs::is_empty(dir_, ec) && !fs::exists(dir_ + "/index.json", ec)) {
-    throw std::invalid_argument(dir_ + " exists and is not a conditioning cache (no index.json): prepare replaces only "
+  if (fs::is_directory(dir, ec) && !fs::is_empty(dir, ec) && !fs::exists(dir + "/index.json", ec)) {
+    throw std::invalid_argument(dir + " exists and is not a conditioning cache (no index.json): prepare replaces only "
                                 "an older cache or an empty folder; name a new folder for the cache");
   }
-  if (fs::exists(dir_, ec) && !fs::is_directory(dir_, ec)) {
-    throw std::invalid_argument(dir_ + " exists and is not a folder: name a new folder for the cache");
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+    throw std::invalid_argument(dir + " exists and is not a folder: name a new folder for the cache");
   }
 }
 

@@ -43,6 +43,8 @@ class CacheWriter {
  public:
   // Refuses a `dir` that exists and is neither empty nor a cache (finish replaces it).
   CacheWriter(std::string dir, int rank);
+  // The same refusal alone (Series::check_prepare, before any rank starts).
+  static void check_folder(const std::string& dir);
   // A record this rank encoded: its tensors (stored float32 as "<name>.<record>") and what the
   // item's entry in index.json shows of it (frames, sizes, prompt tokens: the series says).
   void add(int64_t record, NamedTensors tensors, nlohmann::json info = nlohmann::json::object());

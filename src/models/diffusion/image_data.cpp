@@ -3,6 +3,7 @@
 #include "models/diffusion/cond_cache.h"
 #include "models/diffusion/image_folder.h"
 #include "models/diffusion/image_series.h"
+#include "models/diffusion/prepare_records.h"
 #include "nn/init.h"
 #include "train/config_keys.h"
 #include "util/text.h"
@@ -32,8 +33,9 @@ void ImageSeriesKeys::register_keys(train::ConfigKeys& k, const std::string& s, 
                "aspect-ratio buckets HxW,HxW,... (each image to the nearest aspect ratio, one bucket per step); "
                "empty: every image at height x width");
   k.add_string(s + ".on_bad_file", &on_bad_file, {"stop", "skip"},
-               "prepare: stop at an unreadable image, or leave it out of the cache (listed in the report and "
-               "index.json); training with the towers in the loop always stops");
+               "stop at an unreadable image, or leave it out (prepare: of the cache, listed in the report and "
+               "index.json; training with the towers in the loop: the ranks read every image once before the "
+               "first step and train on the rest, listed in the log)");
   k.add_float(s + ".shift", &shift, 1e-3, 1e3, "flow-matching sigma shift for training");
   k.add_bool(s + ".timestep_weighting", &timestep_weighting,
              "multiply each sample's MSE by DiffSynth's timestep weight (false: plain MSE)");
@@ -137,6 +139,12 @@ ImageData::ImageData(const ImageSeriesKeys& keys, const std::string& series, con
                                   keys.bucket_text(series) + "' (" + series + ".buckets, " + series + ".height, " +
                                   series + ".width)");
     }
+  } else if (keys.on_bad_file == "skip") {
+    // The rows of good metadata stand until agree_on_items (sampling reads only their prompts).
+    unchecked_ = std::make_unique<data::MediaDataset>(
+        load_captioned_images(keys.dataset, keys.metadata, series + ".dataset", /*collect_errors=*/true));
+    for (const auto& s : unchecked_->samples) prompts_.push_back(s.prompt);
+    return;
   } else {
     const data::MediaDataset d = load_captioned_images(keys.dataset, keys.metadata, series + ".dataset");
     for (const auto& s : d.samples) {
@@ -145,21 +153,47 @@ ImageData::ImageData(const ImageSeriesKeys& keys, const std::string& series, con
       bucket_of_.push_back(bucket_of_file(sizes_, s.media_path));
     }
   }
+  number_items();
+}
+
+void ImageData::agree_on_items(Communicator& comm) {
+  if (!unchecked_) return;
+  const ReadableRecords r = readable_records(comm, *unchecked_, [this](const data::MediaSample& s) {
+    RecordRead read;
+    const int64_t bucket = bucket_of_file(sizes_, s.media_path);
+    const auto [h, w] = sizes_.at(static_cast<size_t>(bucket));
+    load_image_tensor(s.media_path, h, w);
+    read.info = {{"bucket", bucket}};
+    return read;
+  });
+  prompts_.clear();
+  for (size_t i = 0; i < r.samples.size(); ++i) {
+    prompts_.push_back(r.samples[i].prompt);
+    paths_.push_back(r.samples[i].media_path);
+    bucket_of_.push_back(r.index.at("items")[i].at("bucket").get<int64_t>());
+  }
+  notes_ = left_out_notes(series_ + ".dataset " + unchecked_->metadata_path, series_ + ".on_bad_file", r.index);
+  unchecked_.reset();
+  number_items();
+}
+
+void ImageData::number_items() {
   members_.resize(sizes_.size());
   for (int64_t i = 0; i < size(); ++i) members_.at(static_cast<size_t>(bucket_of_[static_cast<size_t>(i)])).push_back(i);
   for (size_t b = 0; b < sizes_.size(); ++b) {
     // One bucket keeps the plain order (salt "<series>.epoch."); empty buckets are never drawn.
     const std::string salt =
-        sizes_.size() == 1 ? series + ".epoch." : series + ".bucket" + std::to_string(b) + ".epoch.";
+        sizes_.size() == 1 ? series_ + ".epoch." : series_ + ".bucket" + std::to_string(b) + ".epoch.";
     orders_.push_back(members_[b].empty()
                           ? nullptr
-                          : std::make_unique<EpochOrder>(seed, salt, static_cast<int64_t>(members_[b].size())));
+                          : std::make_unique<EpochOrder>(seed_, salt, static_cast<int64_t>(members_[b].size())));
   }
 }
 
 ImageData::~ImageData() = default;
 
 int64_t ImageData::item_of(int64_t n, int64_t global_batch) const {
+  if (orders_.empty()) throw std::logic_error("ImageData::item_of before agree_on_items (on_bad_file=skip)");
   if (sizes_.size() == 1) return members_[0].at(static_cast<size_t>(orders_[0]->item_of(n)));
   const int64_t step = n / global_batch;
   auto gen = nn::generator_for(seed_, series_ + ".bucket_draw." + std::to_string(step));

@@ -214,6 +214,9 @@ class ImageTask : public train::GeneratedSampleTask {
     return model_->loss(b);
   }
 
+  void agree_on_data(Communicator& comm) override { data_.agree_on_items(comm); }
+  std::vector<std::string> notes() const override { return data_.notes(); }
+
   nlohmann::json finish_step(Communicator& comm) override {
     if (data_.cached()) return nlohmann::json::object();
     return towers_seconds_metric(comm, model_->towers_seconds);
@@ -269,7 +272,7 @@ RecordRead read_image(const data::MediaSample& sample, const std::vector<std::pa
 std::string dry_run(const ImageSeriesSpec& spec, const train::TrainConfig& cfg) {
   const ImageSeriesKeys& k = spec.keys(cfg);
   const std::string& s = spec.name;
-  if (!k.cache.empty()) return dry_run_report(s, k.cache, read_json_file(k.cache + "/index.json"), false);
+  if (!k.cache.empty()) return dry_run_report(s, k.cache, read_json_file(k.cache + "/index.json"), false, false);
   const data::MediaDataset d = load_captioned_images(k.dataset, k.metadata, s + ".dataset", /*collect_errors=*/true);
   const auto sizes = k.bucket_sizes(s);
   std::shared_ptr<ImagePipelineImpl> p;
@@ -279,14 +282,22 @@ std::string dry_run(const ImageSeriesSpec& spec, const train::TrainConfig& cfg) 
   }
   const nlohmann::json index =
       read_records(d, [&](const data::MediaSample& sample) { return read_image(sample, sizes, *p, nullptr); });
-  return dry_run_report(s, k.dataset, index, true);
+  return dry_run_report(s, k.dataset, index, true, k.on_bad_file == "skip");
+}
+
+// What prepare reads before its ranks talk; Series::check_prepare reads it before any rank starts.
+data::MediaDataset prepare_inputs(const ImageSeriesSpec& spec, const train::TrainConfig& cfg) {
+  const ImageSeriesKeys& k = spec.keys(cfg);
+  const std::string& s = spec.name;
+  if (k.cache.empty()) throw std::invalid_argument(s + ".cache: the folder to write the cache to is required");
+  CacheWriter::check_folder(k.cache);
+  return load_captioned_images(k.dataset, k.metadata, s + ".dataset", k.on_bad_file == "skip");
 }
 
 std::string prepare(const ImageSeriesSpec& spec, const train::TrainConfig& cfg, const RendezvousInfo& rdv) {
   const ImageSeriesKeys& k = spec.keys(cfg);
   const std::string& s = spec.name;
-  if (k.cache.empty()) throw std::invalid_argument(s + ".cache: the folder to write the cache to is required");
-  const data::MediaDataset d = load_captioned_images(k.dataset, k.metadata, s + ".dataset", k.on_bad_file == "skip");
+  const data::MediaDataset d = prepare_inputs(spec, cfg);
   const auto sizes = k.bucket_sizes(s);
 
   CacheWriter writer(k.cache, rdv.rank);  // refuses a folder it must not replace, before the towers
@@ -413,6 +424,7 @@ Series make_image_series(ImageSeriesSpec spec) {
   s.sample = [spec](const sample::SampleOptions& o, ckpt::Checkpoint& ck, const train::TrainConfig& cfg,
                     const RendezvousInfo& rdv) { return sample_images(spec, o, ck, cfg, rdv); };
   s.prepare = [spec](const train::TrainConfig& cfg, const RendezvousInfo& rdv) { return prepare(spec, cfg, rdv); };
+  s.check_prepare = [spec](const train::TrainConfig& cfg) { prepare_inputs(spec, cfg); };
   s.dry_run = [spec](const train::TrainConfig& cfg) { return dry_run(spec, cfg); };
   s.unprepared = [spec](const train::TrainConfig& cfg) {
     const ImageSeriesKeys& k = spec.keys(cfg);

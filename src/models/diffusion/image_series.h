@@ -20,9 +20,11 @@
 // come from (data.seed, "<series>.noise.<n>") (TrainingDraws).
 #pragma once
 
+#include "data/metadata_csv.h"
 #include "models/diffusion/flow_match.h"
 #include "models/series.h"
 #include "train/config.h"
+#include "zeroshard/comm.h"
 #include "zeroshard/nn/hookable.h"
 #include "zeroshard/param_source.h"
 
@@ -210,6 +212,14 @@ class ImageData {
   ImageData(const ImageSeriesKeys& keys, const std::string& series, const std::string& cache_format,
             const std::vector<std::pair<std::string, int64_t>>& cache_shape, uint64_t seed);
   ~ImageData();
+  // Towers in the loop with <series>.on_bad_file=skip: the ranks read the images once, each its
+  // share, and keep those that every rank then reads, each in its bucket
+  // (readable_records); the items are numbered as a folder of only those would be. A
+  // collective, once before the first step; nothing otherwise (stop mode reads every image's
+  // size when it is made and stops at the first that does not decode).
+  void agree_on_items(Communicator& comm);
+  // What agree_on_items left out, for the training log.
+  const std::vector<std::string>& notes() const { return notes_; }
   bool cached() const { return cache_ != nullptr; }
   int64_t size() const { return static_cast<int64_t>(prompts_.size()); }
   // One bucket: EpochOrder over all items. With buckets: step s draws bucket b with probability
@@ -232,6 +242,9 @@ class ImageData {
   std::vector<int64_t> bucket_of_;
   std::vector<std::vector<int64_t>> members_;
   std::vector<std::unique_ptr<EpochOrder>> orders_;
+  std::unique_ptr<data::MediaDataset> unchecked_;  // skip mode: the rows agree_on_items reads
+  std::vector<std::string> notes_;
+  void number_items();  // members_ and orders_ from bucket_of_
 };
 
 }  // namespace zeroshard::models::diffusion

@@ -33,9 +33,12 @@ struct RecordRead {
   nlohmann::json info = nlohmann::json::object();
 };
 
+// Reads a sample's media, as prepare and training read it; throws on a bad file.
+using ReadRecord = std::function<RecordRead(const data::MediaSample&)>;
+
 struct RecordHandlers {
   // Reads the sample's media (kept by the caller for encode).
-  std::function<RecordRead(const data::MediaSample&)> read;
+  ReadRecord read;
   // The sample's tensors after `passes` tower passes; stand_in: nothing was read, run the
   // towers on placeholder input of `passes` passes and the result is dropped.
   std::function<NamedTensors(const data::MediaSample&, int64_t passes, bool stand_in)> encode;
@@ -53,16 +56,33 @@ void prepare_records(Communicator& comm, const data::MediaDataset& dataset, cons
 // process, no towers: {"items": [{"record": row, "media", ...read.info}],
 // "left_out": the dataset's errors, then each record read() threw on ("<location>: <why>")},
 // prepared_report's input.
-nlohmann::json read_records(const data::MediaDataset& dataset,
-                            const std::function<RecordRead(const data::MediaSample&)>& read);
+nlohmann::json read_records(const data::MediaDataset& dataset, const ReadRecord& read);
+
+// Training with the towers in the loop under <series>.on_bad_file=skip: the records every rank
+// agrees read, before the first step. A collective: rank q reads samples q, q + W, ... with
+// read(), then one all-gather of what each rank found. `index` is read_records' result for the
+// whole dataset (the same on every rank), `samples` its items' samples in row order. A dataset
+// of which nothing reads is refused on every rank, naming its metadata file and what was left
+// out.
+struct ReadableRecords {
+  std::vector<data::MediaSample> samples;
+  nlohmann::json index;
+};
+ReadableRecords readable_records(Communicator& comm, const data::MediaDataset& dataset, const ReadRecord& read);
+
+// The lines a training run with the towers in the loop logs about what readable_records left
+// out: "<key>: training reads N of M records (<skip_key>=skip left out K)", then one line per
+// record left out and why.
+std::vector<std::string> left_out_notes(const std::string& key, const std::string& skip_key,
+                                        const nlohmann::json& index);
 
 // `train --dry-run`'s text: "<series>: training reads N of M records from <where>" and
 // prepared_report's lines of `index` (read_records' result, or a cache's index.json).
-// towers_in_loop: training reads the dataset itself and stops at a bad record, so a record left
-// out throws std::invalid_argument with that text and the way around it (a cache prepared with
-// `<series>.on_bad_file=skip`).
+// towers_in_loop: training reads the dataset itself; in stop mode (skip false) it stops at a
+// bad record, so a record left out throws std::invalid_argument with that text and the two ways
+// around it (`<series>.on_bad_file=skip`, or a cache prepared with it).
 std::string dry_run_report(const std::string& series, const std::string& where, const nlohmann::json& index,
-                           bool towers_in_loop);
+                           bool towers_in_loop, bool skip);
 
 // The report lines of a written cache's index.json: one per item (its metadata row, media and
 // what its info says; the first `max_items`, then a count), one per group of items sharing a

@@ -12,9 +12,6 @@ namespace {
 constexpr double kEps = 1e-6;           // every LayerNorm and QK RMSNorm of FLUX.1
 constexpr int64_t kTimeChannels = 256;  // sinusoid width of time_in / guidance_in
 
-// A plain container module, for nested names with no computation ("norm", "adaLN_modulation").
-struct Holder : torch::nn::Module {};
-
 }  // namespace
 
 Flux1Config Flux1Config::from_json(const nlohmann::json& j, const std::string& source) {
@@ -66,7 +63,7 @@ std::vector<torch::Tensor> Flux1ModulationImpl::forward(const torch::Tensor& vec
 
 Flux1SelfAttentionImpl::Flux1SelfAttentionImpl(int64_t dim, int64_t heads, bool qkv_bias) {
   qkv = register_module("qkv", nn::Linear(dim, 3 * dim, qkv_bias));
-  norm = register_module("norm", std::make_shared<Holder>());
+  norm = register_module("norm", std::make_shared<torch::nn::Module>());
   query_norm = norm->register_module("query_norm", HeadRMSNorm(dim / heads, kEps, "scale"));
   key_norm = norm->register_module("key_norm", HeadRMSNorm(dim / heads, kEps, "scale"));
   proj = register_module("proj", nn::Linear(dim, dim, true));
@@ -126,7 +123,7 @@ Flux1SingleBlockImpl::Flux1SingleBlockImpl(const Flux1Config& c)
     : hidden_(c.hidden_size), mlp_hidden_(c.mlp_hidden()), heads_(c.num_heads) {
   linear1 = register_module("linear1", nn::Linear(hidden_, 3 * hidden_ + mlp_hidden_, true));
   linear2 = register_module("linear2", nn::Linear(hidden_ + mlp_hidden_, hidden_, true));
-  norm = register_module("norm", std::make_shared<Holder>());
+  norm = register_module("norm", std::make_shared<torch::nn::Module>());
   query_norm = norm->register_module("query_norm", HeadRMSNorm(c.head_dim(), kEps, "scale"));
   key_norm = norm->register_module("key_norm", HeadRMSNorm(c.head_dim(), kEps, "scale"));
   modulation = register_module("modulation", Flux1Modulation(hidden_, 1));
@@ -146,7 +143,7 @@ torch::Tensor Flux1SingleBlockImpl::forward(const torch::Tensor& x, const torch:
 }
 
 Flux1LastLayerImpl::Flux1LastLayerImpl(int64_t hidden, int64_t out_channels) {
-  auto holder = register_module("adaLN_modulation", std::make_shared<Holder>());
+  auto holder = register_module("adaLN_modulation", std::make_shared<torch::nn::Module>());
   ada = holder->register_module("1", nn::Linear(hidden, 2 * hidden, true));  // index 0 is the SiLU
   linear = register_module("linear", nn::Linear(hidden, out_channels, true));
 }

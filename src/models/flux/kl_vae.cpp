@@ -12,8 +12,6 @@ namespace zeroshard::models::flux {
 
 namespace {
 
-struct Holder : torch::nn::Module {};
-
 bool bfl(const KlVaeConfig& c) { return c.naming == VaeNaming::Bfl; }
 
 torch::Tensor swish(const torch::Tensor& x) { return x * torch::sigmoid(x); }
@@ -158,7 +156,7 @@ VaeLevelImpl::VaeLevelImpl(const KlVaeConfig& c, int64_t in, int64_t out, int64_
   if (resample == 0) return;
   // Down: pad (0, 1, 0, 1), conv stride 2 no padding. Up: nearest x2, conv padding 1.
   resample_conv = resample < 0 ? Conv2d(out, out, 3, 2, 0) : Conv2d(out, out, 3, 1, 1);
-  auto holder = std::make_shared<Holder>();
+  auto holder = std::make_shared<torch::nn::Module>();
   holder->register_module("conv", resample_conv);
   if (bfl(c)) {
     register_module(resample < 0 ? "downsample" : "upsample", holder);

@@ -15,8 +15,6 @@ using flux::split_heads;
 
 namespace {
 
-struct Holder : torch::nn::Module {};
-
 // Linear(SiLU(temb)) -> chunks (shift, scale, gate) x sets, each [B, 1, D].
 std::vector<at::Tensor> modulation(nn::Linear& lin, const at::Tensor& temb, int64_t sets) {
   return lin(torch::silu(temb)).unsqueeze(1).chunk(3 * sets, -1);
@@ -160,14 +158,14 @@ torch::Tensor Flux2SingleBlockImpl::forward(const torch::Tensor& x, const std::v
 Flux2DiTImpl::Flux2DiTImpl(const Flux2Config& c) : config_(c) {
   c.validate("Flux2DiT");
   const int64_t d = c.inner_dim();
-  time_guidance_embed = register_module("time_guidance_embed", std::make_shared<Holder>());
+  time_guidance_embed = register_module("time_guidance_embed", std::make_shared<torch::nn::Module>());
   timestep_embedder = time_guidance_embed->register_module(
       "timestep_embedder", Flux2TimestepEmbedder(c.timestep_guidance_channels, d));
   if (c.guidance_embeds) {
     guidance_embedder = time_guidance_embed->register_module(
         "guidance_embedder", Flux2TimestepEmbedder(c.timestep_guidance_channels, d));
   }
-  auto holder = [this](const char* name) { return register_module(name, std::make_shared<Holder>()); };
+  auto holder = [this](const char* name) { return register_module(name, std::make_shared<torch::nn::Module>()); };
   mod_img = holder("double_stream_modulation_img")->register_module("linear", linear(d, 6 * d));
   mod_txt = holder("double_stream_modulation_txt")->register_module("linear", linear(d, 6 * d));
   mod_single = holder("single_stream_modulation")->register_module("linear", linear(d, 3 * d));

@@ -7,10 +7,6 @@
 
 namespace zeroshard::models::flux2 {
 
-namespace {
-struct Holder : torch::nn::Module {};
-}  // namespace
-
 Flux2VaeConfig Flux2VaeConfig::from_json(const nlohmann::json& j, const std::string& source) {
   using flux::require;
   Flux2VaeConfig c;
@@ -75,7 +71,7 @@ Flux2VaeImpl::Flux2VaeImpl(const Flux2VaeConfig& c, bool with_encoder, bool with
   }
   // BatchNorm2d(P*Q*latent, affine=False): only its running statistics (buffers; the released
   // file's bn.num_batches_tracked is not used by encode / decode and not kept).
-  auto bn = register_module("bn", std::make_shared<Holder>());
+  auto bn = register_module("bn", std::make_shared<torch::nn::Module>());
   if (stats_as_parameters) {
     running_mean = bn->register_parameter("running_mean", nn::new_parameter({c.normalized_channels()}), false);
     running_var = bn->register_parameter("running_var", nn::new_parameter({c.normalized_channels()}), false);

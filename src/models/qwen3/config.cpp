@@ -8,9 +8,10 @@ namespace zeroshard::models::qwen3 {
 
 using nlohmann::json;
 
+bool is_qwen3_type(const std::string& t) { return t == "qwen3" || t == "qwen3_moe"; }
+
 namespace {
 
-bool is_qwen3_type(const std::string& t) { return t == "qwen3" || t == "qwen3_moe"; }
 bool is_vl_type(const std::string& t) { return t == "qwen2_5_vl" || t == "qwen2_5_vl_text"; }
 // Mistral's language model (MistralModel), alone or inside Mistral3ForConditionalGeneration
 // (FLUX.2 dev's text encoder, Mistral Small 3.x: its text_config).

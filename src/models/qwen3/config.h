@@ -22,6 +22,9 @@
 
 namespace zeroshard::models::qwen3 {
 
+// qwen3 or qwen3_moe: the types with per-head q/k norm and head_dim 128 unless config.json says.
+bool is_qwen3_type(const std::string& model_type);
+
 struct QwenConfig {
   std::string model_type = "qwen3";  // qwen3 | qwen3_moe | qwen2 | qwen2_5_vl | qwen2_5_vl_text | mistral | mistral3
   int64_t vocab_size = 0;

@@ -1,6 +1,6 @@
 // `zeroshard prepare` for qwen3 / qwen3_moe: the data.inputs through the run's tokenizer into the
 // indexed dataset data.output (data/token_corpus.h), each rank tokenizing its block of documents.
-#include "comm/first_error.h"
+#include "comm/agree.h"
 #include "data/token_corpus.h"
 #include "models/qwen3/series_parts.h"
 #include "text/bpe_tokenizer.h"
@@ -35,9 +35,13 @@ int32_t document_end_id(const QwenSeriesConfig& s, const text::BpeTokenizer& tok
                               "data.eos_token to the token that ends a document");
 }
 
-}  // namespace
+// What prepare reads before its ranks talk; check_prepare reads it before any rank starts.
+struct PrepareInputs {
+  data::PrepareOptions options;
+  text::BpeTokenizer tokenizer;
+};
 
-std::string prepare(const train::TrainConfig& cfg, const RendezvousInfo& rdv) {
+PrepareInputs prepare_inputs(const train::TrainConfig& cfg) {
   const auto& s = cfg.series_config<QwenSeriesConfig>();
   if (s.output.empty()) throw std::invalid_argument("data.output is not set: the dataset prefix `prepare` writes");
   data::PrepareOptions o;
@@ -57,6 +61,18 @@ std::string prepare(const train::TrainConfig& cfg, const RendezvousInfo& rdv) {
                                 ": the tokenizer and the model config do not match");
   }
   o.eos_id = document_end_id(s, tok, o.tokenizer_path);
+  return {std::move(o), std::move(tok)};
+}
+
+}  // namespace
+
+void check_prepare(const train::TrainConfig& cfg) { prepare_inputs(cfg); }
+
+std::string prepare(const train::TrainConfig& cfg, const RendezvousInfo& rdv) {
+  const auto& s = cfg.series_config<QwenSeriesConfig>();
+  PrepareInputs in = prepare_inputs(cfg);
+  const data::PrepareOptions& o = in.options;
+  text::BpeTokenizer& tok = in.tokenizer;
   if (!fs::path(o.output).parent_path().empty()) fs::create_directories(fs::path(o.output).parent_path());
 
   auto comm = make_communicator(rdv);

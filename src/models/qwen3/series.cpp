@@ -16,8 +16,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool is_qwen3_type(const std::string& t) { return t == "qwen3" || t == "qwen3_moe"; }
-
 nlohmann::json read_json_file(const std::string& path, const std::string& key) {
   std::ifstream in(path);
   if (!in) throw std::invalid_argument(key + ": " + path + " does not exist (not a Hugging Face model folder?)");
@@ -261,6 +259,7 @@ Series make_series(bool moe) {
   };
   s.sample = generate;
   s.prepare = prepare;
+  s.check_prepare = check_prepare;
   s.unprepared = [](const train::TrainConfig& cfg) -> std::string {
     const auto& q = cfg.series_config<QwenSeriesConfig>();
     if (q.inputs.empty() || q.output.empty()) return {};  // prepare would not write it

@@ -25,6 +25,8 @@ std::string generate(const sample::SampleOptions& o, ckpt::Checkpoint& ck, const
                      const RendezvousInfo& rdv);
 
 std::string prepare(const train::TrainConfig& cfg, const RendezvousInfo& rdv);
+// Series::check_prepare: prepare's keys, inputs and tokenizer, on one process.
+void check_prepare(const train::TrainConfig& cfg);
 // `train --dry-run`: the prepared corpora training reads, a line each (as the run's log has them).
 std::string describe_corpora(const train::TrainConfig& cfg);
 

@@ -63,20 +63,48 @@ WanData::WanData(const WanSeriesConfig& c, uint64_t seed) : c_(c) {
     }
   } else {
     if (c.tokenizer.empty()) throw std::invalid_argument("wan.tokenizer: required with the towers in the loop");
-    const data::MediaDataset d = data::load_media_dataset(c.dataset, c.metadata);
+    data::MediaDatasetOptions opts;
+    opts.collect_errors = c.on_bad_file == "skip";
+    data::MediaDataset d = data::load_media_dataset(c.dataset, c.metadata, opts);
     video_column_ = d.media_column == "video";
     for (const auto& s : d.samples) {
       prompts_.push_back(s.prompt);
       media_paths_.push_back(s.media_path);
     }
+    // Skip mode: the rows of good metadata stand until agree_on_items (sampling reads only their
+    // prompts).
+    if (opts.collect_errors) unchecked_ = std::make_unique<data::MediaDataset>(std::move(d));
   }
   if (prompts_.empty()) throw std::invalid_argument("wan: " + (cached() ? c.cache : c.dataset) + " holds no items");
-  order_ = std::make_unique<diffusion::EpochOrder>(seed, "wan.epoch.", size());
+  seed_ = seed;
+  if (!unchecked_) order_ = std::make_unique<diffusion::EpochOrder>(seed, "wan.epoch.", size());
 }
 
 WanData::~WanData() = default;
 
-int64_t WanData::item_of(int64_t n) const { return order_->item_of(n); }
+void WanData::agree_on_items(Communicator& comm) {
+  if (!unchecked_) return;
+  const auto read = [this](const data::MediaSample& s) {
+    diffusion::RecordRead r;
+    load_media(c_, s.media_path, &r.info);
+    return r;
+  };
+  const diffusion::ReadableRecords r = diffusion::readable_records(comm, *unchecked_, read);
+  prompts_.clear();
+  media_paths_.clear();
+  for (const auto& s : r.samples) {
+    prompts_.push_back(s.prompt);
+    media_paths_.push_back(s.media_path);
+  }
+  notes_ = diffusion::left_out_notes("wan.dataset " + c_.dataset, "wan.on_bad_file", r.index);
+  unchecked_.reset();
+  order_ = std::make_unique<diffusion::EpochOrder>(seed_, "wan.epoch.", size());
+}
+
+int64_t WanData::item_of(int64_t n) const {
+  if (!order_) throw std::logic_error("WanData::item_of before agree_on_items (wan.on_bad_file=skip)");
+  return order_->item_of(n);
+}
 
 std::pair<at::Tensor, at::Tensor> WanData::cached_item(int64_t item) const {
   return {cache_->read(item, "latent"), cache_->read(item, "context")};
@@ -104,12 +132,34 @@ diffusion::RecordRead read_clip(const WanSeriesConfig& c, const text::SentencePi
   return read;
 }
 
+// What prepare reads before its ranks talk; check_prepare reads it before any rank starts.
+struct PrepareInputs {
+  data::MediaDataset dataset;
+  text::SentencePieceTokenizer tokenizer;
+};
+
+PrepareInputs prepare_inputs(const WanSeriesConfig& c) {
+  if (c.cache.empty()) throw std::invalid_argument("wan.cache: the folder to write the cache to is required");
+  if (c.dataset.empty()) throw std::invalid_argument("wan.dataset: the dataset folder to prepare is required");
+  if (c.tokenizer.empty()) throw std::invalid_argument("wan.tokenizer: the umT5 spiece.model is required");
+  diffusion::CacheWriter::check_folder(c.cache);
+  data::MediaDatasetOptions opts;
+  opts.collect_errors = c.on_bad_file == "skip";
+  PrepareInputs in{data::load_media_dataset(c.dataset, c.metadata, opts),
+                   text::SentencePieceTokenizer::from_file(c.tokenizer)};
+  if (in.tokenizer.vocab_size() > c.t5.vocab_size) {
+    throw std::invalid_argument("wan.t5_vocab " + std::to_string(c.t5.vocab_size) + " is below the tokenizer's " +
+                                std::to_string(in.tokenizer.vocab_size()) + " (" + c.tokenizer + ")");
+  }
+  return in;
+}
+
 }  // namespace
 
 std::string dry_run(const train::TrainConfig& cfg) {
   const auto& c = cfg.series_config<WanSeriesConfig>();
   if (!c.cache.empty()) {
-    return diffusion::dry_run_report("wan", c.cache, diffusion::read_json_file(c.cache + "/index.json"), false);
+    return diffusion::dry_run_report("wan", c.cache, diffusion::read_json_file(c.cache + "/index.json"), false, false);
   }
   if (c.tokenizer.empty()) throw std::invalid_argument("wan.tokenizer: required with the towers in the loop");
   data::MediaDatasetOptions opts;
@@ -120,22 +170,16 @@ std::string dry_run(const train::TrainConfig& cfg) {
     at::Tensor v;
     return read_clip(c, tok, s, &v);
   });
-  return diffusion::dry_run_report("wan", c.dataset, index, true);
+  return diffusion::dry_run_report("wan", c.dataset, index, true, c.on_bad_file == "skip");
 }
+
+void check_prepare(const train::TrainConfig& cfg) { prepare_inputs(cfg.series_config<WanSeriesConfig>()); }
 
 std::string prepare_cache(const train::TrainConfig& cfg, const RendezvousInfo& rdv) {
   const auto& c = cfg.series_config<WanSeriesConfig>();
-  if (c.cache.empty()) throw std::invalid_argument("wan.cache: the folder to write the cache to is required");
-  if (c.dataset.empty()) throw std::invalid_argument("wan.dataset: the dataset folder to prepare is required");
-  if (c.tokenizer.empty()) throw std::invalid_argument("wan.tokenizer: the umT5 spiece.model is required");
-  data::MediaDatasetOptions opts;
-  opts.collect_errors = c.on_bad_file == "skip";
-  const data::MediaDataset d = data::load_media_dataset(c.dataset, c.metadata, opts);
-  const auto tok = text::SentencePieceTokenizer::from_file(c.tokenizer);
-  if (tok.vocab_size() > c.t5.vocab_size) {
-    throw std::invalid_argument("wan.t5_vocab " + std::to_string(c.t5.vocab_size) + " is below the tokenizer's " +
-                                std::to_string(tok.vocab_size()) + " (" + c.tokenizer + ")");
-  }
+  const PrepareInputs in = prepare_inputs(c);
+  const data::MediaDataset& d = in.dataset;
+  const text::SentencePieceTokenizer& tok = in.tokenizer;
 
   diffusion::CacheWriter writer(c.cache, rdv.rank);  // refuses a folder it must not replace, before the towers
   auto comm = make_communicator(rdv);

@@ -26,9 +26,16 @@ namespace zeroshard::models::wan {
 class WanData {
  public:
   // Opens wan.cache when set (checking its shapes against the config), else wan.dataset and
-  // wan.tokenizer.
+  // wan.tokenizer (a bad metadata row stops it, unless wan.on_bad_file=skip).
   WanData(const WanSeriesConfig& c, uint64_t seed);
   ~WanData();
+  // Towers in the loop with wan.on_bad_file=skip: the ranks read the clips once, each its share,
+  // and keep those that every rank then reads (diffusion::readable_records); the items are
+  // numbered as a folder of only those would be. A collective, once before the first step;
+  // nothing otherwise (stop mode stops at a clip that does not read when it is drawn).
+  void agree_on_items(Communicator& comm);
+  // What agree_on_items left out, for the training log.
+  const std::vector<std::string>& notes() const { return notes_; }
   bool cached() const { return !c_.cache.empty(); }
   int64_t size() const { return static_cast<int64_t>(prompts_.size()); }
   // The item of training sample n: perm_e[n mod N], e = n / N (a seeded permutation per epoch).
@@ -51,8 +58,11 @@ class WanData {
   const WanSeriesConfig& c_;
   std::vector<std::string> prompts_, media_paths_;
   bool video_column_ = false;
+  std::unique_ptr<data::MediaDataset> unchecked_;  // skip mode: the rows agree_on_items reads
+  std::vector<std::string> notes_;
   std::unique_ptr<diffusion::CacheReader> cache_;
   std::unique_ptr<diffusion::EpochOrder> order_;
+  uint64_t seed_ = 0;
 };
 
 // Token ids and mask [1, text_len] (int64) of a prompt, as Wan's tokenizer pads it.
@@ -74,6 +84,9 @@ std::shared_ptr<ParamSource> dit_file_source(const std::string& path);
 
 // `zeroshard prepare` for the wan series (Series::prepare).
 std::string prepare_cache(const train::TrainConfig& cfg, const RendezvousInfo& rdv);
+// Series::check_prepare: prepare_cache's keys, metadata, tokenizer and cache folder, on one
+// process.
+void check_prepare(const train::TrainConfig& cfg);
 
 // `train --dry-run` (Series::dry_run): the cache's items, or every record of wan.dataset read as
 // the towers in the loop read it.

@@ -51,8 +51,9 @@ void WanSeriesConfig::register_keys(train::ConfigKeys& k) {
   k.add_int("wan.width", &width, 16, 1 << 14, "clip width (a multiple of 16)");
   k.add_int("wan.num_frames", &num_frames, 1, 1 << 14, "frames per clip, 1 + 4k (a shorter video gives its longest 1 + 4k)");
   k.add_string("wan.on_bad_file", &on_bad_file, {"stop", "skip"},
-               "prepare: stop at an unreadable media file, or leave it out of the cache (each listed in the "
-               "report and index.json); training with towers in the loop always stops");
+               "stop at an unreadable media file, or leave it out (prepare: of the cache, listed in the report "
+               "and index.json; training with the towers in the loop: the ranks read every clip once before the "
+               "first step and train on the rest, listed in the log)");
   k.add_float("wan.shift", &shift, 1e-3, 1e3, "flow-matching sigma shift for training (DiffSynth: 5)");
   k.add_bool("wan.timestep_weighting", &timestep_weighting,
              "multiply each sample's MSE by DiffSynth's timestep weight (false: plain MSE)");

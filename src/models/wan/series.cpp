@@ -156,6 +156,9 @@ class WanTask : public train::GeneratedSampleTask {
     return model_->loss(b);
   }
 
+  void agree_on_data(Communicator& comm) override { data_.agree_on_items(comm); }
+  std::vector<std::string> notes() const override { return data_.notes(); }
+
   nlohmann::json finish_step(Communicator& comm) override {
     if (data_.cached()) return nlohmann::json::object();
     return diffusion::towers_seconds_metric(comm, model_->towers_seconds);
@@ -282,6 +285,7 @@ Series wan_series() {
   s.is_unit = diffusion::pipeline_unit;
   s.sample = generate;
   s.prepare = wan::prepare_cache;
+  s.check_prepare = wan::check_prepare;
   s.dry_run = wan::dry_run;
   s.unprepared = [](const train::TrainConfig& cfg) {
     const auto& w = cfg.series_config<WanSeriesConfig>();

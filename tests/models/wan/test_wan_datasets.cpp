@@ -196,8 +196,10 @@ TEST(WanDatasets, StopModeEndsEveryRankNamingTheRowAndWritesNothing) {
     std::string out;
     const int rc = run_command(prepare_command(folder().faults, cache, world, "optim_grads_params"), &out);
     EXPECT_NE(rc, 0) << out;
-    // The missing file is found while reading the metadata; with it named, every rank stops.
+    // The missing file is found while reading the metadata, before any rank starts: named once.
     EXPECT_NE(out.find("metadata.csv:3"), std::string::npos) << out;
+    EXPECT_EQ(out.find("metadata.csv:3"), out.rfind("metadata.csv:3")) << out;
+    EXPECT_EQ(out.find("rank"), std::string::npos) << out;
     EXPECT_NE(out.find("gone.mp4"), std::string::npos) << out;
     EXPECT_EQ(out.find("terminate called"), std::string::npos) << out;
     EXPECT_FALSE(fs::exists(cache)) << out;
@@ -246,6 +248,7 @@ TEST(WanDatasets, AFolderWithNoReadableRowIsRefusedNamingItsMetadata) {
     std::string out;
     EXPECT_NE(run_command(prepare_command(folder().clips, folder().clips, 2, "optim_grads_params"), &out), 0) << out;
     EXPECT_NE(out.find("is not a conditioning cache"), std::string::npos) << out;
+    EXPECT_EQ(out.find("is not a conditioning cache"), out.rfind("is not a conditioning cache")) << out;
     EXPECT_TRUE(fs::exists(folder().clips + "/metadata.csv") && fs::exists(folder().clips + "/long.mp4")) << out;
   }
   // An empty metadata file: refused at prepare, naming it.
@@ -320,6 +323,11 @@ TEST(WanDatasets, TrainDryRunReportsEveryRowWithTheTowersInTheLoopAndFromACache)
   EXPECT_NE(out.find("3 record(s) above cannot be read"), std::string::npos) << out;
   EXPECT_NE(out.find("wan.on_bad_file=skip"), std::string::npos) << out;
   EXPECT_EQ(out.find("terminate called"), std::string::npos) << out;
+  // In skip mode training leaves those rows out, and the dry run says so without failing.
+  ASSERT_EQ(run_command(train + " --set wan.dataset=" + folder().faults + " --set wan.on_bad_file=skip", &out), 0) << out;
+  EXPECT_NE(out.find("training reads 4 of 7 records from " + folder().faults + " (towers in the loop)"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("left out: metadata.csv:5"), std::string::npos) << out;
 
   const std::string cache = root + "/cache";
   ASSERT_EQ(run_command(prepare_command(folder().faults, cache, 2, "optim_grads_params", " --set wan.on_bad_file=skip"),
@@ -365,4 +373,44 @@ TEST(WanDatasets, ClipsOfEveryLengthTrainWithTheTowersInTheLoopAtEveryWorldSizeA
   const TrainRun cached = train_series(common + " --set train.grad_accum=2 --set wan.cache=" + cache, 3, "wan_len_cache");
   ASSERT_EQ(cached.exit_code, 0) << cached.output;
   EXPECT_EQ(loss_texts(cached), loss_texts(w3[0]));
+}
+
+// wan.on_bad_file=skip with the towers in the loop: before the first step the ranks read the
+// clips, each its share, and agree that the missing, non-video and truncated rows do not read;
+// they train on the other four as on a folder of only those (the clean folder holds the same
+// clips and prompts in the same order): the four strategies agree bitwise at W = 3 and give the
+// clean folder's losses, and so (to summation order) does one rank. The log lists each row left
+// out by file:line. Stop mode stops before the first step at the missing file's row.
+TEST(WanDatasets, SkipModeTrainsWithTheTowersInTheLoopOnTheRowsThatReadAtEveryWorldSizeAndStrategy) {
+  const std::string common = "--config " + kConfigs + "base.yaml --set wan.tokenizer=" + folder().spm +
+                             " --set wan.num_frames=13 --set parallel.threads=1 --set run.progress=false"
+                             " --set parallel.comm_timeout_s=120 --set train.steps=3 --set train.warmup_steps=1"
+                             " --set train.micro_batch_size=1";
+  const std::string faults = common + " --set wan.dataset=" + folder().faults;
+  const std::string skip = faults + " --set wan.on_bad_file=skip";
+  ParityOptions o;
+  o.small_model = false;
+  const auto w3 = expect_identical_strategies(skip + " --set train.grad_accum=2", 3, 3, "wan_skip", o);
+  ASSERT_FALSE(w3.empty());
+  const std::string text = read_text(w3[0].dir + "/rank0.log");
+  EXPECT_NE(text.find("training reads 4 of 7 records (wan.on_bad_file=skip left out 3)"), std::string::npos) << text;
+  for (const char* line : {"left out: metadata.csv:3", "left out: metadata.csv:5", "left out: metadata.csv:7"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
+  const TrainRun clean = train_series(common + " --set wan.dataset=" + folder().clips +
+                                          " --set train.grad_accum=2 --set parallel.strategy=optim_grads_params",
+                                      3, "wan_skip_clean");
+  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+  EXPECT_EQ(loss_texts(w3[0]), loss_texts(clean));
+  const TrainRun w1 = train_series(skip + " --set train.grad_accum=6 --set parallel.strategy=no_shard", 1, "wan_skip1");
+  ASSERT_EQ(w1.metrics.size(), 3u) << w1.output;
+  for (size_t i = 0; i < 3; ++i) {
+    const double want = clean.metrics[i]["loss"].get<double>();
+    EXPECT_NEAR(w1.metrics[i]["loss"].get<double>(), want, 1e-5 * std::abs(want)) << "step " << i + 1;
+  }
+  const TrainRun stop = train_series(faults + " --set train.grad_accum=2", 2, "wan_skip_stop");
+  EXPECT_NE(stop.exit_code, 0) << stop.output;
+  EXPECT_NE(stop.output.find("metadata.csv:3"), std::string::npos) << stop.output;
+  EXPECT_EQ(stop.output.find("terminate called"), std::string::npos) << stop.output;
+  EXPECT_TRUE(stop.metrics.empty()) << stop.output;
 }

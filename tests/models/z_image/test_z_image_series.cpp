@@ -1,9 +1,9 @@
 // What the z_image series (Z-Image as released) alone is checked for, with the tiny Qwen3 tokenizer
 // of the qwen3 tests: the prompt as ZImagePipeline renders it, aspect-ratio buckets (one per step
-// whatever W; prepared buckets train as the towers in the loop, also into a bf16 DiT) and the DiT
-// from a released-layout file. The checks every image series shares (strategy parity, resume,
-// prepare + sampling, falling loss, published sizes) are its row in
-// tests/models/diffusion/test_image_series.cpp.
+// whatever W; prepared buckets train as the towers in the loop, also into a bf16 DiT; skip mode
+// with the towers in the loop) and the DiT from a released-layout file. The checks every image
+// series shares (strategy parity, resume, prepare + sampling, falling loss, published sizes) are
+// its row in tests/models/diffusion/test_image_series.cpp.
 #include "models/diffusion/image_series.h"
 #include "models/z_image/prompt.h"
 #include "models/z_image/series.h"
@@ -151,6 +151,71 @@ TEST(ZImageSeries, PreparedBucketsTrainAsTheTowersInTheLoop) {
   EXPECT_NE(other.exit_code, 0);
   EXPECT_NE(other.output.find("index.json: the cache has buckets '32x32,32x64,64x32'"), std::string::npos)
       << other.output;
+}
+
+// z_image.on_bad_file=skip with the towers in the loop, on images of three aspect ratios in
+// buckets: before the first step the ranks read the images, each its share, and agree that a
+// missing file, a text file named .png and a truncated jpg do not read; they train on the other
+// five, each in its bucket, as on a folder of only those: the four strategies agree bitwise at
+// W = 3 and give the clean folder's losses, as does a cache prepared in skip mode. The log lists
+// each image left out by file:line; `train --dry-run` in skip mode reports the same and succeeds.
+TEST(ZImageSeries, SkipModeTrainsWithTheTowersInTheLoopOnTheImagesThatRead) {
+  const std::string root = make_temp_dir("z_image_skip");
+  const std::string clean = root + "/clean", faults = root + "/faults";
+  fs::create_directories(clean);
+  fs::create_directories(faults);
+  const std::string ff = "ffmpeg -loglevel error -y -f lavfi -i ", q = " > /dev/null 2>&1";
+  std::string clean_csv = "image,prompt\n", faults_csv = "image,prompt\n";
+  for (const auto& [name, size] : std::vector<std::pair<std::string, std::string>>{
+           {"a.png", "80x40"}, {"b.png", "40x80"}, {"c.jpg", "48x48"}, {"d.png", "100x48"}, {"e.png", "40x90"}}) {
+    run_ok(ff + "testsrc=size=" + size + " -frames:v 1 " + clean + "/" + name + q);
+    fs::copy_file(clean + "/" + name, faults + "/" + name);
+    clean_csv += name + ",a test card " + size + "\n";
+    faults_csv += name + ",a test card " + size + "\n";
+    if (name == "a.png") faults_csv += "gone.png,a missing card\n";  // line 3
+    if (name == "b.png") faults_csv += "notes.png,a text file\n";    // line 5
+    if (name == "d.png") faults_csv += "cut.jpg,half a card\n";      // line 8
+  }
+  std::ofstream(clean + "/metadata.csv") << clean_csv;
+  std::ofstream(faults + "/metadata.csv") << faults_csv;
+  std::ofstream(faults + "/notes.png") << "this is not an image\n";
+  fs::copy_file(clean + "/c.jpg", faults + "/cut.jpg");
+  fs::resize_file(faults + "/cut.jpg", fs::file_size(clean + "/c.jpg") / 2);
+
+  const std::string args = "--config " + kConfigs + "base.yaml --set z_image.tokenizer=" + kTokenizer +
+                           " --set z_image.buckets=32x32,32x64,64x32 --set run.progress=false"
+                           " --set parallel.comm_timeout_s=120 --set parallel.threads=1";
+  const std::string steps = " --set train.steps=3 --set train.micro_batch_size=1 --set train.grad_accum=2"
+                            " --set train.warmup_steps=1";
+  const std::string skip = args + " --set z_image.dataset=" + faults + " --set z_image.on_bad_file=skip";
+  ParityOptions o;
+  o.small_model = false;
+  const auto w3 = expect_identical_strategies(skip + steps, 3, 3, "z_image_skip", o);
+  ASSERT_FALSE(w3.empty());
+  const std::string text = read_text(w3[0].dir + "/rank0.log");
+  EXPECT_NE(text.find("training reads 5 of 8 records (z_image.on_bad_file=skip left out 3)"), std::string::npos) << text;
+  for (const char* line : {"left out: metadata.csv:3", "left out: metadata.csv:5", "left out: metadata.csv:8"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  }
+  const TrainRun want = train_series(args + " --set z_image.dataset=" + clean + steps +
+                                         " --set parallel.strategy=optim_grads_params",
+                                     3, "z_image_skip_clean");
+  ASSERT_EQ(want.exit_code, 0) << want.output;
+  EXPECT_EQ(loss_texts(w3[0]), loss_texts(want));
+
+  std::string out;
+  ASSERT_EQ(run_command(std::string(ZS_BINARY) + " train --dry-run --nproc 3 " + skip, &out), 0) << out;
+  EXPECT_NE(out.find("training reads 5 of 8 records from " + faults + " (towers in the loop)"), std::string::npos) << out;
+  EXPECT_NE(out.find("left out: metadata.csv:5"), std::string::npos) << out;
+  const std::string cache = root + "/cache";
+  ASSERT_EQ(run_command(std::string(ZS_BINARY) + " prepare --nproc 2 " + skip + " --set z_image.cache=" + cache, &out), 0)
+      << out;
+  EXPECT_NE(out.find("cached 5 of 8 records"), std::string::npos) << out;
+  const TrainRun cached = train_series(args + " --set z_image.dataset=" + faults + " --set z_image.cache=" + cache + steps +
+                                           " --set parallel.strategy=optim_grads_params",
+                                       3, "z_image_skip_cached");
+  ASSERT_EQ(cached.exit_code, 0) << cached.output;
+  EXPECT_EQ(loss_texts(cached), loss_texts(want));
 }
 
 TEST(ZImageSeries, TheDitFromAReleasedFileIsTheStartingPoint) {
