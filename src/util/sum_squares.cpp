@@ -4,6 +4,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <mutex>
+#include <set>
 #include <vector>
 
 namespace zeroshard::util {
@@ -41,6 +43,16 @@ double sum_of_squares(const float* x, int64_t n) {
   double total = 0.0;
   for (double p : partial) total += p;
   return total;
+}
+
+int kernel_threads_reached() {
+  std::mutex mu;
+  std::set<int> seen;
+  at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.insert(at::get_thread_num());
+  });
+  return static_cast<int>(seen.size());
 }
 
 }  // namespace zeroshard::util

@@ -11,4 +11,9 @@ namespace zeroshard::util {
 
 double sum_of_squares(const float* x, int64_t n);
 
+// How many intra-op threads one at::parallel_for of the engine's kernels (this file, AdamW,
+// RMSNorm, the fused activations) runs on: at::get_num_threads() where they are compiled with
+// OpenMP (CMakeLists.txt), 1 where a build left it out and they run on the calling thread.
+int kernel_threads_reached();
+
 }  // namespace zeroshard::util

@@ -7,6 +7,18 @@
 
 using namespace zeroshard;
 
+// The engine's kernels run on the intra-op pool: at::parallel_for is a header template that runs
+// the whole range on the calling thread in a file built without OpenMP (until 2026-12-07 every
+// one of them did, and the 2-thread bits below compared one thread with itself).
+TEST(SumOfSquares, TheKernelsRunOnEveryIntraOpThread) {
+  const int threads = torch::get_num_threads();
+  torch::set_num_threads(2);
+  EXPECT_EQ(util::kernel_threads_reached(), 2);
+  torch::set_num_threads(3);
+  EXPECT_EQ(util::kernel_threads_reached(), 3);
+  torch::set_num_threads(threads);
+}
+
 // The norm's sum of squares: the same bits with 1 or 2 threads, close to a plain double sum.
 TEST(SumOfSquares, ThreadCountDoesNotChangeBits) {
   torch::manual_seed(11);
