@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+import machine
+
 CONFIGS = {"base": "configs/llama/base.yaml", "bench": "configs/llama/bench.yaml"}
 
 
@@ -57,6 +59,7 @@ def main():
     busy_levels = [int(b) for b in a.busy.split(",")]
     env = {k: os.environ[k] for k in ("ZEROSHARD_THREAD_ENV", "OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT") if k in os.environ}
     print(f"command: {' '.join(f'{k}={v}' for k, v in env.items())} python3 bench/contention.py {' '.join(sys.argv[1:])}")
+    print(f"machine: {machine.describe()}")
     header = "| model | --nproc | " + " | ".join(
         f"{b} busy: s/step (x quiet)" if b else "quiet: s/step" for b in busy_levels) + " | losses equal | last loss |"
     print(header)

@@ -24,6 +24,8 @@ import time
 
 import torch
 
+from machine import cpu_has_bf16_dot_product
+
 SHAPES = [(2048, 2048, 2048), (512, 768, 2048), (512, 2048, 768)]  # (M, K, N)
 
 
@@ -35,15 +37,6 @@ def gflops(fn, m, k, n, repeats=5):
         fn()
         best = min(best, time.perf_counter() - t0)
     return 2.0 * m * k * n / best / 1e9
-
-
-def cpu_has_bf16_dot_product():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("flags") or line.startswith("Features"):
-                words = set(line.split(":", 1)[1].split())
-                return bool(words & {"avx512_bf16", "amx_bf16", "bf16"})
-    return False
 
 
 def measure(threads):

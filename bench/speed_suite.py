@@ -42,6 +42,8 @@ import subprocess
 import sys
 import time
 
+import machine
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"  # Debian's interpreter, the one with torch
 STRATEGIES = ["no_shard", "optim", "optim_grads", "optim_grads_params"]
@@ -474,9 +476,7 @@ def main():
         if s not in fns:
             sys.exit(f"unknown section '{s}'; expected some of {', '.join(fns)}")
         parts.append(f"### {titles[s]}\n\n" + fns[s](args, res))
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((l.split(":", 1)[1].strip() for l in lscpu.splitlines() if l.startswith("Model name")), "?")
-    header = (f"Speed suite, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs ({model}), "
+    header = (f"Speed suite, {time.strftime('%Y-%m-%d %H:%M')}, {machine.describe()}, "
               f"{time.time() - t0:.0f} s.\ncommand: python3 bench/speed_suite.py --sections {args.sections} --nproc "
               f"{args.nproc} --steps {args.steps} --warmup {args.warmup} --peer-bf16-steps {args.peer_bf16_steps}"
               f" --peer-bf16-warmup {args.peer_bf16_warmup}"
