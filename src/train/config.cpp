@@ -105,7 +105,10 @@ ConfigKeys config_keys(TrainConfig& c) {
   k.add_int("parallel.zero_stage", &p.zero_stage, -1, 3,
             "alias of parallel.strategy (DeepSpeed's numbering 0-3); -1: not set");
   k.add_float("parallel.comm_timeout_s", &p.comm_timeout_s, 1.0, 86400.0, "timeout of every collective");
-  k.add_int("parallel.threads", &p.threads, 0, 1024, "intra-op threads per rank; 0: the cores of this process's CPU mask / local ranks");
+  k.add_int("parallel.threads", &p.threads, 0, 1024,
+            "intra-op threads per rank; 0: the cores of this process's CPU mask / local ranks. Where other processes "
+            "keep the cores busy, 1 is the robust choice: several threads per rank then wait on each other "
+            "(docs/benchmarks.md, contention)");
   k.add_bool("parallel.prefetch", &p.prefetch, "ZeRO-3 gathers the next units while one computes");
   k.add_int("parallel.max_live_units", &p.max_live_units, 1, 1 << 20, "gathered units at once with prefetch");
   k.add_int("parallel.persistence_threshold", &p.persistence_threshold, 0, big,
