@@ -1,8 +1,8 @@
 #include "train/trainer.h"
 
 #include "checkpoint/checkpoint.h"
-#include "comm/agree.h"
 #include "checkpoint/peft.h"
+#include "comm/agree.h"
 #include "io/file.h"
 #include "io/run_lock.h"
 #include "io/safetensors.h"

@@ -11,9 +11,10 @@ namespace zeroshard::util {
 
 double sum_of_squares(const float* x, int64_t n);
 
-// How many intra-op threads one at::parallel_for of the engine's kernels (this file, AdamW,
-// RMSNorm, the fused activations) runs on: at::get_num_threads() where they are compiled with
-// OpenMP (CMakeLists.txt), 1 where a build left it out and they run on the calling thread.
+// How many intra-op threads one at::parallel_for in this file runs on: at::get_num_threads() when
+// it is compiled with OpenMP, 1 when a build left that out and the loop runs on the calling
+// thread. The engine's other kernels (AdamW, RMSNorm, the fused activations) get the same flag
+// beside it in CMakeLists.txt.
 int kernel_threads_reached();
 
 }  // namespace zeroshard::util

@@ -156,16 +156,9 @@ ImageData::ImageData(const ImageSeriesKeys& keys, const std::string& series, con
   number_items();
 }
 
-void ImageData::agree_on_items(Communicator& comm) {
+void ImageData::agree_on_items(Communicator& comm, const ReadRecord& read) {
   if (!unchecked_) return;
-  const ReadableRecords r = readable_records(comm, *unchecked_, [this](const data::MediaSample& s) {
-    RecordRead read;
-    const int64_t bucket = bucket_of_file(sizes_, s.media_path);
-    const auto [h, w] = sizes_.at(static_cast<size_t>(bucket));
-    load_image_tensor(s.media_path, h, w);
-    read.info = {{"bucket", bucket}};
-    return read;
-  });
+  const ReadableRecords r = readable_records(comm, *unchecked_, read);
   prompts_.clear();
   for (size_t i = 0; i < r.samples.size(); ++i) {
     prompts_.push_back(r.samples[i].prompt);

@@ -162,6 +162,23 @@ std::shared_ptr<ParamSource> pipeline_source(const ImageSeriesSpec& spec, const 
   return source;
 }
 
+// One record read as prepare and training read it: the image at its bucket's size (into *image
+// when given), what index.json and the report show of it (its bucket included).
+RecordRead read_image(const data::MediaSample& sample, const std::vector<std::pair<int64_t, int64_t>>& sizes,
+                      ImagePipelineImpl& p, at::Tensor* image) {
+  const int64_t bucket = bucket_of_file(sizes, sample.media_path);
+  const auto [hh, ww] = sizes.at(static_cast<size_t>(bucket));
+  std::pair<int64_t, int64_t> source;
+  at::Tensor pixels = load_image_tensor(sample.media_path, hh, ww, &source);
+  if (image != nullptr) *image = std::move(pixels);
+  RecordRead read;
+  read.info = {{"source", std::to_string(source.first) + "x" + std::to_string(source.second)},
+               {"size", std::to_string(ww) + "x" + std::to_string(hh)},
+               {"prompt_tokens", p.prompt_tokens(sample.prompt)},
+               {"bucket", bucket}};
+  return read;
+}
+
 class ImageTask : public train::GeneratedSampleTask {
  public:
   ImageTask(const ImageSeriesSpec& spec, const train::TrainConfig& cfg, int rank, int world)
@@ -214,7 +231,10 @@ class ImageTask : public train::GeneratedSampleTask {
     return model_->loss(b);
   }
 
-  void agree_on_data(Communicator& comm) override { data_.agree_on_items(comm); }
+  void agree_on_data(Communicator& comm) override {
+    const auto sizes = keys_.bucket_sizes(spec_.name);
+    data_.agree_on_items(comm, [&](const data::MediaSample& sample) { return read_image(sample, sizes, *model_, nullptr); });
+  }
   std::vector<std::string> notes() const override { return data_.notes(); }
 
   nlohmann::json finish_step(Communicator& comm) override {
@@ -249,23 +269,6 @@ class ImageTask : public train::GeneratedSampleTask {
   std::map<std::pair<int64_t, int64_t>, FlowMatchSchedule> schedules_;
   std::shared_ptr<ImagePipelineImpl> model_;
 };
-
-// One record read as prepare and training read it: the image at its bucket's size (into *image
-// when given), what index.json and the report show of it (its bucket included).
-RecordRead read_image(const data::MediaSample& sample, const std::vector<std::pair<int64_t, int64_t>>& sizes,
-                      ImagePipelineImpl& p, at::Tensor* image) {
-  const int64_t bucket = bucket_of_file(sizes, sample.media_path);
-  const auto [hh, ww] = sizes.at(static_cast<size_t>(bucket));
-  std::pair<int64_t, int64_t> source;
-  at::Tensor pixels = load_image_tensor(sample.media_path, hh, ww, &source);
-  if (image != nullptr) *image = std::move(pixels);
-  RecordRead read;
-  read.info = {{"source", std::to_string(source.first) + "x" + std::to_string(source.second)},
-               {"size", std::to_string(ww) + "x" + std::to_string(hh)},
-               {"prompt_tokens", p.prompt_tokens(sample.prompt)},
-               {"bucket", bucket}};
-  return read;
-}
 
 // `train --dry-run`: the cache's items, or every record of the folder read as the towers in the
 // loop read it (the pipeline built without parameter bytes, for its tokenizer).

@@ -22,6 +22,7 @@
 
 #include "data/metadata_csv.h"
 #include "models/diffusion/flow_match.h"
+#include "models/diffusion/prepare_records.h"
 #include "models/series.h"
 #include "train/config.h"
 #include "zeroshard/comm.h"
@@ -212,12 +213,13 @@ class ImageData {
   ImageData(const ImageSeriesKeys& keys, const std::string& series, const std::string& cache_format,
             const std::vector<std::pair<std::string, int64_t>>& cache_shape, uint64_t seed);
   ~ImageData();
-  // Towers in the loop with <series>.on_bad_file=skip: the ranks read the images once, each its
-  // share, and keep those that every rank then reads, each in its bucket
-  // (readable_records); the items are numbered as a folder of only those would be. A
-  // collective, once before the first step; nothing otherwise (stop mode reads every image's
-  // size when it is made and stops at the first that does not decode).
-  void agree_on_items(Communicator& comm);
+  // Towers in the loop with <series>.on_bad_file=skip: the ranks read the images once with
+  // `read` (the series' reader, as prepare reads them: its info names the bucket), each its share,
+  // and keep those that every rank then reads, each in its bucket (readable_records); the items
+  // are numbered as a folder of only those would be. A collective, once before the first step;
+  // nothing otherwise (stop mode reads every image's size when it is made and stops at the first
+  // that does not decode).
+  void agree_on_items(Communicator& comm, const ReadRecord& read);
   // What agree_on_items left out, for the training log.
   const std::vector<std::string>& notes() const { return notes_; }
   bool cached() const { return cache_ != nullptr; }
