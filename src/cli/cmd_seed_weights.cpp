@@ -10,6 +10,7 @@
 #include "io/file.h"
 #include "io/safetensors.h"
 #include "models/series.h"
+#include "nn/init.h"
 #include "nn/layers.h"
 #include "train/config.h"
 #include "util/heap.h"
@@ -40,7 +41,7 @@ struct OurParam {
 struct FolderPlan {
   std::vector<std::vector<std::string>> ours;   // per group: our names (below the prefix)
   std::vector<std::vector<io::TensorEntry>> theirs;  // per group: their tensors, in to_theirs' order
-  int64_t our_numel = 0, their_numel = 0;
+  int64_t our_numel = 0, their_numel = 0, not_run_numel = 0;
 };
 
 FolderPlan plan_folder(const models::ReleasedFolder& f, const std::vector<OurParam>& params, at::ScalarType dtype) {
@@ -72,6 +73,13 @@ FolderPlan plan_folder(const models::ReleasedFolder& f, const std::vector<OurPar
     plan.ours.push_back(group);
     plan.theirs.push_back(std::move(entries));
   }
+  // What the release holds that the model does not run: one group each, none of ours.
+  for (const auto& t : f.not_run) {
+    plan.ours.emplace_back();
+    plan.theirs.push_back({{t.name, dtype, t.shape}});
+    plan.their_numel += plan.theirs.back()[0].numel();
+    plan.not_run_numel += plan.theirs.back()[0].numel();
+  }
   return plan;
 }
 
@@ -88,6 +96,7 @@ Command add_seed_weights(CLI::App& app) {
     std::string config_path, out, dtype = "bf16";
     std::vector<std::string> overrides, only;
     double max_file_mb = 0;
+    bool dry_run = false;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
@@ -104,6 +113,9 @@ Command add_seed_weights(CLI::App& app) {
   sub->add_option("--only", a->only,
                   "Write only these folders (their prefix without the dot, e.g. dit, text_encoder, vae; "
                   "repeatable): when the disk holds one at a time");
+  sub->add_flag("--dry-run", a->dry_run,
+                "Print each folder's tensors' parameter count and size, write nothing (checks a config against the "
+                "published counts in seconds)");
   return {sub, [a] {
             prepare_compute_process();  // minutes of seeded draws at real size
             util::StreamingHeap streaming;  // one tensor's temporaries after another (util/heap.h)
@@ -118,7 +130,7 @@ Command add_seed_weights(CLI::App& app) {
             if (series.released_folders) {
               folders = series.released_folders(cfg);
             } else {
-              folders.push_back({"", "", "model", "model.init_from", {}, true, "", {}});
+              folders.push_back({"", "", "model", "model.init_from", {}, true, "", {}, {}});
             }
             // A folder's name for --only: its prefix without the dot ("model" for the whole model).
             auto label = [](const models::ReleasedFolder& f) {
@@ -164,7 +176,7 @@ Command add_seed_weights(CLI::App& app) {
               if (mine[i].empty() || (!a->only.empty() && std::find(a->only.begin(), a->only.end(), label(folders[i])) == a->only.end())) {
                 continue;
               }
-              if (fs::exists(index_of(folders[i]))) {
+              if (!a->dry_run && fs::exists(index_of(folders[i]))) {
                 throw std::invalid_argument("seed-weights: " + index_of(folders[i]) +
                                             " exists; remove the folder or write elsewhere");
               }
@@ -181,10 +193,29 @@ Command add_seed_weights(CLI::App& app) {
               std::map<std::string, std::vector<int64_t>> shape_of;
               for (const auto& p : mine[i]) shape_of[p.name] = p.shape;
               const auto start = std::chrono::steady_clock::now();
-              // One group of our tensors at a time: seeded in fp32, mapped, converted as written.
+              const auto seed = static_cast<uint64_t>(cfg.train.seed);
+              if (a->dry_run) {
+                const double bytes = static_cast<double>(plan.their_numel) * static_cast<double>(at::elementSize(dtype));
+                total_bytes += bytes;
+                total_params += plan.their_numel;
+                std::printf("%s -> %s: %lld parameters (%zu of ours, %lld written without being run), %s\n",
+                            f.prefix.empty() ? "model" : (f.prefix + "*").c_str(), dir.c_str(),
+                            static_cast<long long>(plan.their_numel), mine[i].size(),
+                            static_cast<long long>(plan.not_run_numel), gb(bytes).c_str());
+                if (!f.note.empty()) std::printf("  note: %s\n", f.note.c_str());
+                continue;
+              }
+              // One group of our tensors at a time: seeded in fp32, mapped, converted as written;
+              // then the tensors the model does not run, seeded by their released names.
               const std::vector<std::string> files = io::write_sharded_safetensors(
                   dir, f.stem, plan.theirs,
                   [&](size_t g) {
+                    if (plan.ours[g].empty()) {
+                      const io::TensorEntry& e = plan.theirs[g][0];
+                      at::Tensor v = at::empty(e.shape, at::kFloat);
+                      nn::init_normal(v, seed, f.folder + "/" + e.name, 0.02);
+                      return std::vector<at::Tensor>{v};
+                    }
                     std::map<std::string, at::Tensor> ours;
                     for (const auto& n : plan.ours[g]) {
                       at::Tensor v = at::empty(shape_of.at(n), at::kFloat);
@@ -202,12 +233,18 @@ Command add_seed_weights(CLI::App& app) {
               for (const auto& file : files) bytes += static_cast<double>(fs::file_size(file));
               total_bytes += bytes;
               total_params += plan.their_numel;
-              std::printf("%s -> %s: %lld parameters (%zu of ours) in %zu files, %s, %.1f s\n",
+              std::printf("%s -> %s: %lld parameters (%zu of ours, %lld written without being run) in %zu files, %s, "
+                          "%.1f s\n",
                           f.prefix.empty() ? "model" : (f.prefix + "*").c_str(), dir.c_str(),
-                          static_cast<long long>(plan.their_numel), mine[i].size(), files.size() - 1, gb(bytes).c_str(),
-                          seconds);
+                          static_cast<long long>(plan.their_numel), mine[i].size(),
+                          static_cast<long long>(plan.not_run_numel), files.size() - 1, gb(bytes).c_str(), seconds);
               if (!f.note.empty()) std::printf("  note: %s\n", f.note.c_str());
               keys.push_back("--set " + f.key + "=" + (f.key_takes_index ? index_of(f) : dir));
+            }
+            if (a->dry_run) {
+              std::printf("%lld parameters, %s (%s); nothing written (--dry-run)\n", static_cast<long long>(total_params),
+                          gb(total_bytes).c_str(), a->dtype.c_str());
+              return 0;
             }
             std::printf("%lld parameters, %s (%s) in %s; a run reads them with\n  %s\n",
                         static_cast<long long>(total_params), gb(total_bytes).c_str(), a->dtype.c_str(), a->out.c_str(),

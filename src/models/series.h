@@ -49,14 +49,22 @@ struct SeededModel {
 // `prefix` (prefix stripped) go through `map` (our names -> the release's; empty: the release
 // uses ours) into <folder>/<stem>-*.safetensors + <stem>.safetensors.index.json; `key` is the
 // config key that reads the folder back (the folder itself, or its index when key_takes_index),
-// `note` how the folder differs from the release (tensors the release also holds that the model
-// does not have, another file format; empty: it does not).
+// `note` how the folder differs from the release (another file format, what it leaves out or
+// writes without running it; empty: it does not differ).
 struct ReleasedFolder {
   std::string prefix, folder, stem = "model", key;
   nn::NameMap map;
   bool key_takes_index = false;
   std::string note;
   std::map<std::string, std::string> files;  // small files beside the weights: name -> text (config.json)
+  // Tensors the release holds that the model never runs (a VLM's vision tower, an untied output
+  // head), under their released names: written seeded (normal, std 0.02) so that the folder's
+  // tensors, parameter count and bytes are the release's; the reading side's map ignores them.
+  struct NotRun {
+    std::string name;
+    std::vector<int64_t> shape;
+  };
+  std::vector<NotRun> not_run;
 };
 
 struct Series {

@@ -445,13 +445,15 @@ Series make_image_series(ImageSeriesSpec spec) {
   s.released_folders = [spec](const train::TrainConfig& cfg) {
     auto folder = [&](const std::string& prefix, const std::string& dir, const std::string& stem, const std::string& key,
                       const ImageSeriesSpec::ReleaseMap& map, const std::string& left_out) {
-      return ReleasedFolder{prefix, dir, stem, spec.name + "." + key, map ? map(cfg) : nn::NameMap(), false, left_out, {}};
+      return ReleasedFolder{prefix, dir, stem, spec.name + "." + key, map ? map(cfg) : nn::NameMap(), false, left_out, {}, {}};
     };
+    const ImageSeriesSpec::Beyond beyond = spec.text_encoder_beyond ? spec.text_encoder_beyond(cfg) : ImageSeriesSpec::Beyond{};
     std::vector<ReleasedFolder> out{
         folder("dit.", "transformer", "diffusion_pytorch_model", "dit_from", spec.dit_release_map, ""),
         folder("text_encoder.", spec.text_encoder_folder, "model", "text_encoder_from", spec.text_encoder_release_map,
-               spec.text_encoder_left_out),
+               beyond.note),
         folder("vae.", "vae", "diffusion_pytorch_model", "vae_from", spec.vae_release_map, "")};
+    out[1].not_run = beyond.not_run;
     for (const auto& t : spec.extra_towers) {
       if (t.built && !t.built(cfg)) continue;
       out.push_back(folder(t.prefix + ".", t.folder, t.stem, t.key, t.release_map, t.left_out));

@@ -179,11 +179,17 @@ struct ImageSeriesSpec {
   FileSource dit_source, vae_source, text_encoder_source;
   // `zeroshard seed-weights` (Series::released_folders): the DiT in transformer/ and the VAE in
   // vae/ (diffusers' file stem), the text tower in `text_encoder_folder` (transformers' stem),
-  // each through its map (unset: the release uses our names); `text_encoder_left_out`: what the
-  // released text tower holds beyond ours (Series::ReleasedFolder::left_out).
+  // each through its map (unset: the release uses our names); `text_encoder_beyond`: what the
+  // released text tower's folder holds beyond ours, a note and the tensors written without being
+  // run (ReleasedFolder::note, not_run; unset: nothing).
   using ReleaseMap = std::function<nn::NameMap(const train::TrainConfig&)>;
   ReleaseMap dit_release_map, vae_release_map, text_encoder_release_map;
-  std::string text_encoder_folder = "text_encoder", text_encoder_left_out;
+  std::string text_encoder_folder = "text_encoder";
+  struct Beyond {
+    std::string note;
+    std::vector<ReleasedFolder::NotRun> not_run;
+  };
+  std::function<Beyond(const train::TrainConfig&)> text_encoder_beyond;
   // Further frozen towers beside the text tower and the VAE (FLUX.1's CLIP-L): each is the
   // pipeline's module `prefix` (without its dot), read from ImageSeriesKeys::extra_from[key]
   // when set (`<series>.<key>`, through `source`; unset: io::checkpoint_param_source), seeded

@@ -87,4 +87,29 @@ nn::NameMap mistral_release_map() {
   return map;
 }
 
+std::vector<ReleasedFolder::NotRun> mistral_not_run(int64_t vocab, int64_t hidden, bool vision) {
+  std::vector<ReleasedFolder::NotRun> t{{"language_model.lm_head.weight", {vocab, hidden}}};
+  if (!vision) return t;
+  // Mistral-Small-3.1-24B-Instruct-2503's vision_config (Pixtral: 24 layers of 1024, SwiGLU 4096,
+  // 14x14 patches of 3 channels, no biases) and Mistral3MultiModalProjector (RMSNorm, a 2x2 patch
+  // merger, two linears without bias: multimodal_projector_bias false).
+  const int64_t w = 1024, ffn = 4096, layers = 24, patch = 14, merge = 2;
+  t.push_back({"vision_tower.patch_conv.weight", {w, 3, patch, patch}});
+  t.push_back({"vision_tower.ln_pre.weight", {w}});
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string l = "vision_tower.transformer.layers." + std::to_string(i) + ".";
+    t.push_back({l + "attention_norm.weight", {w}});
+    for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"}) t.push_back({l + "attention." + p + ".weight", {w, w}});
+    t.push_back({l + "ffn_norm.weight", {w}});
+    t.push_back({l + "feed_forward.gate_proj.weight", {ffn, w}});
+    t.push_back({l + "feed_forward.up_proj.weight", {ffn, w}});
+    t.push_back({l + "feed_forward.down_proj.weight", {w, ffn}});
+  }
+  t.push_back({"multi_modal_projector.norm.weight", {w}});
+  t.push_back({"multi_modal_projector.patch_merger.merging_layer.weight", {w, w * merge * merge}});
+  t.push_back({"multi_modal_projector.linear_1.weight", {hidden, w}});
+  t.push_back({"multi_modal_projector.linear_2.weight", {hidden, hidden}});
+  return t;
+}
+
 }  // namespace zeroshard::models::flux2

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "models/qwen3/config.h"
+#include "models/series.h"
 #include "nn/name_map.h"
 #include "text/bpe_tokenizer.h"
 #include "zeroshard/param_source.h"
@@ -26,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace zeroshard::models::flux2 {
 
@@ -49,5 +51,11 @@ qwen3::QwenConfig mistral_small_3_1();
 std::shared_ptr<ParamSource> mistral_text_source(const std::string& path);
 // seed-weights: ours -> the FLUX.2-dev file names ("language_model.model.*").
 nn::NameMap mistral_release_map();
+// seed-weights: what the FLUX.2-dev text_encoder/ holds beside the language model, under those
+// names: language_model.lm_head.weight [vocab, hidden] and, with `vision`, the Pixtral vision
+// tower and the projector at Mistral Small 3.1's released shapes (438,958,080 parameters; the
+// projector's output width is `hidden`). With the 22,901,314,560 of the language model the folder
+// holds the release's 24,011,361,280.
+std::vector<ReleasedFolder::NotRun> mistral_not_run(int64_t vocab, int64_t hidden, bool vision);
 
 }  // namespace zeroshard::models::flux2

@@ -120,10 +120,15 @@ at::Tensor Flux2PipelineImpl::encode_text(const std::string& prompt) {
 at::Tensor Flux2PipelineImpl::velocity(const at::Tensor& latents, const at::Tensor& context, const at::Tensor& t,
                                        double guidance) {
   const int64_t B = latents.size(0), C = latents.size(1), h = latents.size(2), w = latents.size(3);
-  const at::Tensor tokens = latents.reshape({B, C, h * w}).transpose(1, 2);  // "B C H W -> B (H W) C"
+  // The DiT runs in its compute dtype (bf16 under mixed_precision.param_dtype: bf16, as the
+  // pipelines run it in torch_dtype, the timestep cast with the latents); the prediction comes
+  // back in float32.
+  const at::ScalarType dt = dit->x_embedder->weight.scalar_type();
+  const at::Tensor tokens = latents.reshape({B, C, h * w}).transpose(1, 2).to(dt);  // "B C H W -> B (H W) C"
   at::Tensor g;
-  if (config_.dit.guidance_embeds) g = at::full({B}, guidance, at::kFloat);
-  const at::Tensor out = dit->forward(tokens, context, t, image_ids(h, w), text_ids(context.size(1)), g);
+  if (config_.dit.guidance_embeds) g = at::full({B}, guidance, at::kFloat).to(dt);
+  const at::Tensor out =
+      dit->forward(tokens, context.to(dt), t.to(dt), image_ids(h, w), text_ids(context.size(1)), g);
   return out.to(at::kFloat).transpose(1, 2).reshape({B, C, h, w});
 }
 

@@ -88,6 +88,12 @@ void Flux2SeriesConfig::register_keys(train::ConfigKeys& k) {
     k.add_int("flux2.text_head_dim", &text.head_dim, 2, 4096, "Qwen3 head size (128)");
     k.add_float("flux2.text_rope_theta", &text.rope_theta, 1.0, 1e12, "text tower RoPE theta (Qwen3: 1e6, Mistral: 1e9)");
     k.add_float("flux2.text_norm_eps", &text.rms_norm_eps, 1e-12, 1.0, "text tower RMSNorm eps (Qwen3: 1e-6, Mistral: 1e-5)");
+    k.add_bool("flux2.text_tie_embeddings", &text.tie_word_embeddings,
+               "the released tower's output head is its embedding (Qwen3-4B: true; Qwen3-8B, Mistral: false); "
+               "untied, seed-weights writes lm_head.weight, which the pipeline does not run");
+    k.add_bool("flux2.text_vision_tower", &text_vision_tower,
+               "seed-weights writes Mistral 3's vision tower and projector beside the tower as the released "
+               "text_encoder/ holds them (dev: true; the pipeline does not run them)");
     k.add_int("flux2.text_len", &text_len, 1, 1 << 16,
               "prompt tokens: every prompt truncated / padded to it (max_sequence_length 512)");
     k.add_string("flux2.vae_channels", &vae_channels, {},
@@ -152,6 +158,9 @@ void Flux2SeriesConfig::validate(const train::TrainConfig& c) const {
                                   "); leave it 0 with a text tower");
     }
     text_config().validate("flux2.text_*");
+    if (text_vision_tower && text_tower != "mistral") {
+      throw std::invalid_argument("flux2.text_vision_tower: only Mistral 3's folder (flux2.text_tower mistral) has one");
+    }
     for (int64_t i : out_layers()) {
       if (i < 1 || i > text.num_hidden_layers) {
         throw std::invalid_argument("flux2.text_out_layers: index " + std::to_string(i) + " is outside 1.." +
@@ -254,8 +263,20 @@ Series flux2_series() {
   spec.text_encoder_release_map = [](const train::TrainConfig& cfg) {
     return cfg.series_config<Flux2SeriesConfig>().text_tower == "mistral" ? mistral_release_map() : nn::NameMap();
   };
-  spec.text_encoder_left_out =
-      "not written: what the pipeline does not run (the output head lm_head; Mistral 3's vision tower and projector)";
+  spec.text_encoder_beyond = [](const train::TrainConfig& cfg) {
+    const auto& c = cfg.series_config<Flux2SeriesConfig>();
+    diffusion::ImageSeriesSpec::Beyond b;
+    if (c.text_tower == "mistral") {
+      b.not_run = mistral_not_run(c.text.vocab_size, c.text.hidden_size, c.text_vision_tower);
+      b.note = c.text_vision_tower ? "written seeded, not run: the output head, Mistral 3's vision tower and projector"
+                                   : "written seeded, not run: the output head; not written: Mistral 3's vision tower "
+                                     "and projector (flux2.text_vision_tower)";
+    } else if (!c.text.tie_word_embeddings) {
+      b.not_run = {{"lm_head.weight", {c.text.vocab_size, c.text.hidden_size}}};
+      b.note = "written seeded, not run: the output head (lm_head.weight)";
+    }
+    return b;
+  };
   // The released transformer files use Flux2DiT's names as they are (no name map).
   // reference_kinds: the flux2 kinds are listed once in series_list.cpp's reference table.
   return diffusion::make_image_series(std::move(spec));

@@ -68,6 +68,7 @@ struct Flux2SeriesConfig : train::SeriesConfigBase<Flux2SeriesConfig> {
   std::string text_out_layers = "9,18,27";  // hidden_states indices stacked on the feature axis
   int64_t context_dim = 0;   // the DiT's joint_attention_dim with text_tower none (dev: 15360)
   int64_t text_len = 512;    // max_sequence_length: every prompt padded / cut to it
+  bool text_vision_tower = false;  // seed-weights: Mistral 3's vision tower and projector beside the tower (dev)
   std::string vae_channels = "128,256,512,512";
   bool dynamic_shift = true;        // sampling: compute_empirical_mu (false: mu = ln sample_shift)
   double embedded_guidance = 4.0;   // sampling guidance of a model with guidance_embeds (dev)

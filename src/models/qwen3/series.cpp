@@ -283,7 +283,7 @@ Series make_series(bool moe) {
   // model.from_hf reads; the tokenizer files are the user's (data.tokenizer).
   s.released_folders = [](const train::TrainConfig& cfg) {
     const nlohmann::json hf = cfg.series_config<QwenSeriesConfig>().qwen().to_hf_config();
-    ReleasedFolder f{"", "", "model", "model.from_hf", {}, false, "not written: the tokenizer files (data.tokenizer names them)", {}};
+    ReleasedFolder f{"", "", "model", "model.from_hf", {}, false, "not written: the tokenizer files (data.tokenizer names them)", {}, {}};
     f.files["config.json"] = hf.dump(2) + "\n";
     return std::vector<ReleasedFolder>{f};
   };

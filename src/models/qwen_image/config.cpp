@@ -51,6 +51,9 @@ void QwenImageSeriesConfig::register_keys(train::ConfigKeys& k) {
   k.add_bool("qwen_image.dynamic_shift", &dynamic_shift,
              "sampling: mu from the image's token count (0.5 at 256 tokens, 0.9 at 8192) as the pipelines do; false: "
              "qwen_image.sample_shift");
+  k.add_bool("qwen_image.text_vision_tower", &text_vision_tower,
+             "seed-weights writes Qwen2.5-VL-7B's vision tower (model.visual.*) beside the tower as the released "
+             "text_encoder/ holds it (20b: true; the pipeline does not run it)");
   io.register_keys(k, "qwen_image", "the Qwen2.5 tokenizer.json (Qwen-Image's tokenizer/)");
 }
 

@@ -13,6 +13,44 @@
 
 namespace zeroshard::models::qwen_image {
 
+namespace {
+
+// seed-weights: what Qwen-Image's text_encoder/ (Qwen2_5_VLForConditionalGeneration saved by
+// transformers >= 4.52) holds beside the language model: lm_head.weight [vocab, hidden] and, with
+// `vision`, model.visual.* at Qwen2.5-VL-7B's released vision_config (32 blocks of 1280 with
+// RMSNorm, biased qkv / proj / SwiGLU 3420, 2x14x14 patches of 3 channels, a 2x2 merger to
+// `hidden`): 676,550,144 parameters at hidden 3584, so that the folder holds the release's
+// 8,292,166,656.
+std::vector<ReleasedFolder::NotRun> released_not_run(int64_t vocab, int64_t hidden, bool vision) {
+  std::vector<ReleasedFolder::NotRun> t{{"lm_head.weight", {vocab, hidden}}};
+  if (!vision) return t;
+  const int64_t w = 1280, ffn = 3420, depth = 32, patch = 14, temporal = 2, merged = w * 4;
+  t.push_back({"model.visual.patch_embed.proj.weight", {w, 3, temporal, patch, patch}});
+  for (int64_t i = 0; i < depth; ++i) {
+    const std::string b = "model.visual.blocks." + std::to_string(i) + ".";
+    t.push_back({b + "norm1.weight", {w}});
+    t.push_back({b + "norm2.weight", {w}});
+    t.push_back({b + "attn.qkv.weight", {3 * w, w}});
+    t.push_back({b + "attn.qkv.bias", {3 * w}});
+    t.push_back({b + "attn.proj.weight", {w, w}});
+    t.push_back({b + "attn.proj.bias", {w}});
+    for (const char* p : {"gate_proj", "up_proj"}) {
+      t.push_back({b + "mlp." + p + ".weight", {ffn, w}});
+      t.push_back({b + "mlp." + p + ".bias", {ffn}});
+    }
+    t.push_back({b + "mlp.down_proj.weight", {w, ffn}});
+    t.push_back({b + "mlp.down_proj.bias", {w}});
+  }
+  t.push_back({"model.visual.merger.ln_q.weight", {w}});
+  t.push_back({"model.visual.merger.mlp.0.weight", {merged, merged}});
+  t.push_back({"model.visual.merger.mlp.0.bias", {merged}});
+  t.push_back({"model.visual.merger.mlp.2.weight", {hidden, merged}});
+  t.push_back({"model.visual.merger.mlp.2.bias", {hidden}});
+  return t;
+}
+
+}  // namespace
+
 Series qwen_image_series() {
   diffusion::ImageSeriesSpec spec;
   spec.name = "qwen_image";
@@ -70,7 +108,14 @@ Series qwen_image_series() {
     m.rename("model.**", "model.language_model.**");
     return m;
   };
-  spec.text_encoder_left_out = "not written: Qwen2.5-VL's vision tower (model.visual.*) and lm_head.weight, which the pipeline does not run";
+  spec.text_encoder_beyond = [](const train::TrainConfig& cfg) {
+    const auto& c = cfg.series_config<QwenImageSeriesConfig>();
+    return diffusion::ImageSeriesSpec::Beyond{
+        c.text_vision_tower ? "written seeded, not run: Qwen2.5-VL's output head (lm_head.weight) and vision tower (model.visual.*)"
+                            : "written seeded, not run: Qwen2.5-VL's output head (lm_head.weight); not written: its vision "
+                              "tower (qwen_image.text_vision_tower)",
+        released_not_run(c.text.vocab_size, c.text.hidden_size, c.text_vision_tower)};
+  };
   // DiffSynth's "Qwen-Image" training schedule (schedule.h), the same for every image size (mu 0.8,
   // no dynamic shift in training).
   spec.training_schedule = [](const train::TrainConfig& cfg, int64_t, int64_t) {

@@ -62,6 +62,7 @@ struct QwenImageSeriesConfig : train::SeriesConfigBase<QwenImageSeriesConfig> {
   int64_t text_len = 512;     // max_sequence_length
   double shift_terminal = 0.02;
   bool dynamic_shift = true;  // sampling: mu from the image's token count (else io.sample_shift)
+  bool text_vision_tower = false;  // seed-weights: Qwen2.5-VL-7B's vision tower beside the tower (20b: true)
   diffusion::ImageSeriesKeys io;
 
   QwenImageDitConfig dit_config() const;  // joint_attention_dim = text hidden, 16 channels, axes

@@ -308,9 +308,9 @@ Series wan_series() {
   // (models_t5_umt5-xxl-enc-bf16.pth, Wan2.1_VAE.pth), written here as safetensors folders.
   s.released_folders = [](const train::TrainConfig&) {
     const std::string pth = "the release ships this tower as a torch.save .pth file; written as safetensors instead";
-    return std::vector<ReleasedFolder>{{"dit.", "", "diffusion_pytorch_model", "wan.dit_from", {}, true, "", {}},
-                                       {"text_encoder.", "text_encoder", "model", "wan.text_encoder_from", {}, true, pth, {}},
-                                       {"vae.", "vae", "model", "wan.vae_from", {}, true, pth, {}}};
+    return std::vector<ReleasedFolder>{{"dit.", "", "diffusion_pytorch_model", "wan.dit_from", {}, true, "", {}, {}},
+                                       {"text_encoder.", "text_encoder", "model", "wan.text_encoder_from", {}, true, pth, {}, {}},
+                                       {"vae.", "vae", "model", "wan.vae_from", {}, true, pth, {}, {}}};
   };
   return s;
 }

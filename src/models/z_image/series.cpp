@@ -47,7 +47,9 @@ Series z_image_series() {
   s.vae_release_map = [](const train::TrainConfig& cfg) {
     return flux::kl_vae_name_map(cfg.series_config<ZImageSeriesConfig>().vae_config().kl());
   };
-  s.text_encoder_left_out = "not written: Qwen3's output head (lm_head.weight), which the pipeline does not run";
+  s.text_encoder_beyond = [](const train::TrainConfig&) {
+    return diffusion::ImageSeriesSpec::Beyond{"not written: Qwen3's output head (lm_head.weight), which the pipeline does not run", {}};
+  };
   return diffusion::make_image_series(std::move(s));
 }
 

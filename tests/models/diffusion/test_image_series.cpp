@@ -32,6 +32,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <ostream>
@@ -219,6 +220,14 @@ TEST_P(ImageSeries, APreparedCacheTrainsAsTheTowersInTheLoopAndSamplingWritesAPn
   EXPECT_EQ(loss_texts(towers), loss_texts(cached));
   EXPECT_EQ(towers.metrics.back().count("towers_s"), 1u);
   EXPECT_EQ(cached.metrics.back().count("towers_s"), 0u);
+  // The cache's float32 latents and states into a bf16 DiT with LoRA, as the real-size LoRA runs
+  // train (docs/benchmarks.md): the series casts them to the DiT's compute dtype.
+  TrainRun bf16 = train_series(towers_args(GetParam().lora_config) + steps + cache_key + cache + GetParam().lora_sets +
+                                   " --set mixed_precision.param_dtype=bf16",
+                               2, series() + "_cached_bf16");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  ASSERT_EQ(bf16.metrics.size(), 3u);
+  for (const auto& m : bf16.metrics) EXPECT_TRUE(std::isfinite(m.at("loss").get<double>())) << m.dump();
 
   // Sampling the cache-trained run (towers seeded as prepare seeded them): 3 Euler steps with the
   // series' guidance (FLUX.1: the embedded guidance and true CFG; the others: true CFG), two 32x32

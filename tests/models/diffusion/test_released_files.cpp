@@ -310,6 +310,47 @@ TEST_P(SeedWeights, TheReleasedFoldersTrainInPlaceBitwiseAsTheSeededModel) {
 INSTANTIATE_TEST_SUITE_P(ImageSeries, SeedWeights, ::testing::Range<size_t>(0, 4),
                          [](const ::testing::TestParamInfo<size_t>& i) { return rows().at(i.param).series; });
 
+// `seed-weights --dry-run` at the released sizes (nothing written, meta tensors only): every folder
+// holds the published parameter count, the tensors the pipelines never run included (an untied
+// output head, a VLM's vision tower and projector), so the seeded folders are the release's size.
+TEST(SeedWeights, EveryReleasedFolderHoldsThePublishedParameterCount) {
+  struct Folder {
+    std::string config, line;
+  };
+  // DiTs: the released transformer files' element counts (test_image_series.cpp's sizes); text
+  // towers: Qwen3-4B, Qwen3-8B, Qwen2.5-VL-7B-Instruct, Mistral-Small-3.1-24B-Instruct-2503,
+  // T5 v1.1 XXL's encoder and CLIP ViT-L/14's text model as published.
+  const std::vector<Folder> expected = {
+      {"flux2/klein_4b.yaml", "dit.* -> W/transformer: 3875544576 parameters"},
+      {"flux2/klein_4b.yaml", "text_encoder.* -> W/text_encoder: 4022468096 parameters"},
+      {"flux2/klein_9b.yaml", "dit.* -> W/transformer: 9078581248 parameters"},
+      {"flux2/klein_9b.yaml", "text_encoder.* -> W/text_encoder: 8190735360 parameters"},
+      {"flux2/dev.yaml", "dit.* -> W/transformer: 32223281152 parameters"},
+      {"flux2/dev.yaml", "text_encoder.* -> W/text_encoder: 24011361280 parameters"},
+      {"qwen_image/20b.yaml", "dit.* -> W/transformer: 20430401088 parameters"},
+      {"qwen_image/20b.yaml", "text_encoder.* -> W/text_encoder: 8292166656 parameters"},
+      {"z_image/6b.yaml", "dit.* -> W/transformer: 6154908736 parameters"},
+      {"z_image/6b.yaml", "text_encoder.* -> W/text_encoder: 4022468096 parameters"},
+      {"flux1/dev.yaml", "dit.* -> W/transformer: 11901408320 parameters"},
+      {"flux1/dev.yaml", "text_encoder.* -> W/text_encoder_2: 4762310656 parameters"},
+      {"flux1/dev.yaml", "clip.* -> W/text_encoder: 123060480 parameters"},
+  };
+  std::map<std::string, std::string> outputs;
+  for (const Folder& f : expected) {
+    std::string& out = outputs[f.config];
+    if (out.empty()) {
+      ASSERT_EQ(run_command(std::string(ZS_BINARY) + " seed-weights --dry-run --out W --config " + kSource + "/configs/" +
+                                f.config,
+                            &out),
+                0)
+          << out;
+      EXPECT_NE(out.find("nothing written (--dry-run)"), std::string::npos) << out;
+      EXPECT_FALSE(fs::exists("W")) << "--dry-run wrote " << f.config;
+    }
+    EXPECT_NE(out.find(f.line), std::string::npos) << f.config << ": " << f.line << "\n" << out;
+  }
+}
+
 // Bad requests are refused before anything is written: a folder that exists already (named by
 // its index), an --only no folder answers to (listing those that do).
 TEST(SeedWeightsRefused, AnExistingFolderAndAnUnknownOnlyNameThemselvesAndWriteNothing) {
