@@ -14,10 +14,10 @@
 #
 # Rows: flux1_dev flux2_klein_4b flux2_klein_9b flux2_dev qwen_image z_image wan_1_3b wan_14b
 # (Qwen3-8B and Qwen3-30B-A3B: bench/frozen_storage_qwen3.sh). RES (default 512) is the image
-# side; Wan runs FRAMES (17) frames at 480x832. KEEP=0 deletes a row's seeded folders after it
-# (FLUX.2 [dev] always runs its 45.8 GB text tower and its 64 GB DiT one after the other: this
-# machine's disk does not hold both). Prints per row: the seeding's and the prepare's wall time and
-# peak RSS (GNU time; a process's RSS counts the mapped file pages it touched), then
+# side; Wan runs FRAMES (17) frames at 480x832; AC (true) is train.activation_checkpointing.
+# KEEP=0 deletes a row's seeded folders after it (FLUX.2 [dev] always runs its 48 GB text tower
+# and its 64 GB DiT one after the other: this machine's disk does not hold both). Prints per row:
+# the seeding's and the prepare's wall time and peak RSS (GNU time; a process's RSS counts the mapped file pages it touched), then
 # bench/run_figures.py's line per training run (step times, private and file-page RSS per rank,
 # bytes read from storage per step).
 set -euo pipefail
@@ -27,6 +27,7 @@ STEPS=${STEPS:-2}
 RES=${RES:-512}
 FRAMES=${FRAMES:-17}
 KEEP=${KEEP:-1}
+AC=${AC:-true}   # activation checkpointing (false: FLUX.2 klein 4B at 512x512 keeps 12 GB private per rank)
 B=build/zeroshard
 LOG="$OUT/figures.txt"
 mkdir -p "$OUT/images" "$OUT/clips" "$OUT/tok"
@@ -72,9 +73,9 @@ seed() {  # config folder --only...
   touch "$dir.done"
 }
 
-row() {  # name config series "seed folders" ac --set...
-  local name=$1 config=$2 s=$3 towers=$4 ac=$5
-  shift 5
+row() {  # name config series "seed folders" --set...
+  local name=$1 config=$2 s=$3 towers=$4
+  shift 4
   local w="$OUT/towers-$name" d="$OUT/dit-$name" run="$OUT/$name"
   say "=== $name ($config), $(date -u +%H:%M) UTC"
   mkdir -p "$run"
@@ -105,7 +106,7 @@ row() {  # name config series "seed folders" ac --set...
     --set "$s.dit_from=$d/$(dit_folder "$s")" --set model.frozen_storage=file \
     --set lora.rank=32 --set lora.alpha=32 --set "lora.targets=$LORA" \
     --set parallel.strategy=optim_grads_params --set mixed_precision.param_dtype=bf16 \
-    --set train.activation_checkpointing="$ac" --set train.steps="$STEPS" --set train.save_final=false \
+    --set train.activation_checkpointing="$AC" --set train.steps="$STEPS" --set train.save_final=false \
     --set train.save_on_signal=false --set run.progress=false --set parallel.comm_timeout_s=7200 \
     --set run.dir="$run/train" > "$run/train.log" 2>&1 || { tail -20 "$run/train.log"; exit 1; }
   /usr/bin/python3 bench/run_figures.py "$run/train/metrics.jsonl" "$name" | tee -a "$LOG"
@@ -113,30 +114,32 @@ row() {  # name config series "seed folders" ac --set...
 }
 
 folder_of() { [ "$1" = flux1 ] && echo text_encoder_2 || echo text_encoder; }  # series: T5's or the tower's folder
-dit_folder() { [ "$1" = wan ] && echo . || echo transformer; }  # Wan-AI's DiT lies at the folder's top
+dit_folder() {  # Wan-AI's DiT lies at the folder's top (wan.dit_from takes its index)
+  [ "$1" = wan ] && echo diffusion_pytorch_model.safetensors.index.json || echo transformer
+}
 
 FLUX1_LORA=qkv,proj,img_mlp.0,img_mlp.2,txt_mlp.0,txt_mlp.2,lin,linear1,linear2   # configs/flux1/lora.yaml's
 FLUX2_LORA=to_q,to_k,to_v,to_out.0,add_q_proj,add_k_proj,add_v_proj,to_add_out,linear_in,linear_out,to_qkv_mlp_proj,to_out
 for r in ${ROWS:-flux2_klein_4b z_image flux1_dev qwen_image wan_1_3b flux2_klein_9b flux2_dev wan_14b}; do
   case $r in
     flux1_dev)
-      LORA=$FLUX1_LORA row flux1_dev configs/flux1/dev.yaml flux1 "text_encoder clip" true \
+      LORA=$FLUX1_LORA row flux1_dev configs/flux1/dev.yaml flux1 "text_encoder clip" \
         --set flux1.tokenizer="$OUT/tok/spm/spm.model" --set flux1.clip_tokenizer="$OUT/tok/clip" ;;
     flux2_klein_4b | flux2_klein_9b)
-      LORA=$FLUX2_LORA row "$r" "configs/flux2/${r#flux2_}.yaml" flux2 text_encoder false \
+      LORA=$FLUX2_LORA row "$r" "configs/flux2/${r#flux2_}.yaml" flux2 text_encoder \
         --set flux2.tokenizer="$QWEN_TOK" ;;
     flux2_dev)
-      LORA=$FLUX2_LORA row flux2_dev configs/flux2/dev.yaml flux2 text_encoder true \
+      LORA=$FLUX2_LORA row flux2_dev configs/flux2/dev.yaml flux2 text_encoder \
         --set flux2.tokenizer="$OUT/tok/mistral/tokenizer.json" ;;
     qwen_image)
       LORA=to_q,to_k,to_v,add_q_proj,add_k_proj,add_v_proj,to_out.0,to_add_out,img_mlp.net.2,img_mod.1,txt_mlp.net.2,txt_mod.1 \
-        row qwen_image configs/qwen_image/20b.yaml qwen_image text_encoder true --set qwen_image.tokenizer="$QWEN_TOK" ;;
+        row qwen_image configs/qwen_image/20b.yaml qwen_image text_encoder --set qwen_image.tokenizer="$QWEN_TOK" ;;
     z_image)
-      LORA=to_q,to_k,to_v,to_out.0,w1,w2,w3 row z_image configs/z_image/6b.yaml z_image text_encoder false \
+      LORA=to_q,to_k,to_v,to_out.0,w1,w2,w3 row z_image configs/z_image/6b.yaml z_image text_encoder \
         --set z_image.tokenizer="$QWEN_TOK" ;;
     wan_1_3b | wan_14b)
       c=${r#wan_}
-      LORA=q,k,v,o,ffn.0,ffn.2 row "$r" "configs/wan/${c/_/.}.yaml" wan text_encoder true \
+      LORA=q,k,v,o,ffn.0,ffn.2 row "$r" "configs/wan/${c/_/.}.yaml" wan text_encoder \
         --set wan.tokenizer="$OUT/tok/spm/spm.model" ;;
     *) echo "unknown row $r" >&2; exit 2 ;;
   esac
