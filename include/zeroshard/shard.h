@@ -132,6 +132,9 @@ struct MemoryStats {
   // at each gather (counted in gathered_bytes while gathered).
   int64_t mapped_bytes = 0;
   int64_t converted_bytes = 0;
+  // Bytes of freed gathered / cast / converted buffers the engine keeps for the next buffer of
+  // their size (resident, private).
+  int64_t pooled_bytes = 0;
   int64_t model_state_bytes() const { return params_bytes + grads_bytes + optim_bytes; }
 };
 

@@ -380,6 +380,7 @@ MemoryStats ShardedModel::Impl::memory() const {
     for (const auto& t : u->gather_sends) m.transient_bytes += static_cast<int64_t>(t.nbytes());
   }
   m.gathered_peak_bytes = gathered_peak_;
+  m.pooled_bytes = static_cast<int64_t>(bytes_pool_.pooled_bytes());
   return m;
 }
 

@@ -56,6 +56,7 @@ nlohmann::json StepMetrics::to_json() const {
                          {"mem_step_peak_bytes", r0.mem_step_peak_bytes},
                          {"mem_mapped_bytes", r0.mem_mapped_bytes},
                          {"mem_converted_bytes", r0.mem_converted_bytes},
+                         {"mem_pooled_bytes", r0.mem_pooled_bytes},
                          {"rss_anon_bytes", r0.rss_anon_bytes},
                          {"rss_file_bytes", r0.rss_file_bytes},
                          {"disk_read_bytes", r0.disk_read_bytes},

@@ -31,6 +31,7 @@ struct RankFigures {
   // during the step.
   int64_t mem_mapped_bytes = 0;
   int64_t mem_converted_bytes = 0;
+  int64_t mem_pooled_bytes = 0;  // freed unit buffers kept for reuse (private, resident)
   int64_t rss_anon_bytes = 0;
   int64_t rss_file_bytes = 0;
   int64_t disk_read_bytes = 0;
@@ -53,6 +54,7 @@ struct RankFigures {
     f("comm_collectives", &RankFigures::comm_collectives);
     f("mem_mapped_bytes", &RankFigures::mem_mapped_bytes);
     f("mem_converted_bytes", &RankFigures::mem_converted_bytes);
+    f("mem_pooled_bytes", &RankFigures::mem_pooled_bytes);
     f("rss_anon_bytes", &RankFigures::rss_anon_bytes);
     f("rss_file_bytes", &RankFigures::rss_file_bytes);
     f("disk_read_bytes", &RankFigures::disk_read_bytes);

@@ -483,6 +483,7 @@ bool Trainer::step(int64_t step) {
   f.comm_bytes_sent = comm_after.bytes_sent - comm_before.bytes_sent;
   f.mem_mapped_bytes = mem.mapped_bytes;
   f.mem_converted_bytes = mem.converted_bytes;
+  f.mem_pooled_bytes = mem.pooled_bytes;
   const ResidentBytes rss = resident_bytes();
   f.rss_anon_bytes = rss.anon;
   f.rss_file_bytes = rss.file;
