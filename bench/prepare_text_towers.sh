@@ -18,16 +18,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/prepare_text_towers}
 B=build/zeroshard
 mkdir -p "$OUT/media"
-if [ ! -f "$OUT/media/metadata.csv" ]; then
-  ffmpeg -loglevel error -y -f lavfi -i testsrc2=size=320x256 -frames:v 1 "$OUT/media/a.png"
-  ffmpeg -loglevel error -y -f lavfi -i mandelbrot=size=256x256 -frames:v 1 "$OUT/media/b.jpg"
-  ffmpeg -loglevel error -y -f lavfi -i smptebars=size=256x320 -frames:v 1 "$OUT/media/c.png"
-  ffmpeg -loglevel error -y -f lavfi -i rgbtestsrc=size=256x256 -frames:v 1 "$OUT/media/d.png"
-  printf '%s\n' 'image,prompt' 'a.png,a test pattern with colour bars and a moving gradient' \
-    'b.jpg,"a mandelbrot set in deep blue, zoomed in on its edge"' \
-    'c.png,television colour bars on a grey background' 'd.png,three stripes of red green and blue' \
-    > "$OUT/media/metadata.csv"
-fi
+[ -f "$OUT/media/metadata.csv" ] || bench/captioned_images.sh "$OUT/media" 320x256 256x256 256x320 256x256
 [ -f "$OUT/tok/mistral/tokenizer.json" ] || node tests/text/make_release_tokenizers.mjs "$OUT/tok" > /dev/null
 
 prepare() {  # series config seeded-folders --set...

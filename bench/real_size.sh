@@ -34,16 +34,7 @@ mkdir -p "$OUT/images" "$OUT/clips" "$OUT/tok"
 say() { echo "$*" | tee -a "$LOG"; }
 
 # --- inputs: images, clips, tokenizers ---------------------------------------------------------
-if [ ! -f "$OUT/images/metadata.csv" ]; then
-  ffmpeg -loglevel error -y -f lavfi -i testsrc2=size=640x512 -frames:v 1 "$OUT/images/a.png"
-  ffmpeg -loglevel error -y -f lavfi -i mandelbrot=size=512x512 -frames:v 1 "$OUT/images/b.jpg"
-  ffmpeg -loglevel error -y -f lavfi -i smptebars=size=512x640 -frames:v 1 "$OUT/images/c.png"
-  ffmpeg -loglevel error -y -f lavfi -i rgbtestsrc=size=768x768 -frames:v 1 "$OUT/images/d.png"
-  printf '%s\n' 'image,prompt' 'a.png,a test pattern with colour bars and a moving gradient' \
-    'b.jpg,"a mandelbrot set in deep blue, zoomed in on its edge"' \
-    'c.png,television colour bars on a grey background' 'd.png,three stripes of red green and blue' \
-    > "$OUT/images/metadata.csv"
-fi
+[ -f "$OUT/images/metadata.csv" ] || bench/captioned_images.sh "$OUT/images" 640x512 512x512 512x640 768x768
 if [ ! -f "$OUT/clips/metadata.csv" ]; then
   ffmpeg -loglevel error -y -f lavfi -i testsrc2=size=832x480:rate=16 -frames:v "$FRAMES" -pix_fmt yuv420p "$OUT/clips/a.mp4"
   ffmpeg -loglevel error -y -f lavfi -i mandelbrot=size=832x480:rate=16 -frames:v "$FRAMES" -pix_fmt yuv420p "$OUT/clips/b.mp4"
