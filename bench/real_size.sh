@@ -75,7 +75,7 @@ row() {  # name config series "seed folders" --set...
   local tower_sets="" t
   for t in $towers; do
     case $t in
-      text_encoder) tower_sets="$tower_sets --set $s.text_encoder_from=$w/$(folder_of "$s" "$config")" ;;
+      text_encoder) tower_sets="$tower_sets --set $s.text_encoder_from=$w/$(folder_of "$s")" ;;
       clip) tower_sets="$tower_sets --set flux1.clip_from=$w/text_encoder" ;;
     esac
   done
