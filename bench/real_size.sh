@@ -14,7 +14,9 @@
 #
 # Rows: flux1_dev flux2_klein_4b flux2_klein_9b flux2_dev qwen_image z_image wan_1_3b wan_14b
 # (Qwen3-8B and Qwen3-30B-A3B: bench/frozen_storage_qwen3.sh). RES (default 512) is the image
-# side; Wan runs FRAMES (17) frames at 480x832; AC (true) is train.activation_checkpointing.
+# side; Wan runs FRAMES (17) frames at 480x832; AC (true) is train.activation_checkpointing;
+# CONVERTED="gather copy" trains once per model.frozen_converted (FLUX.1 [dev]'s diffusers q/k/v
+# converted at each gather, or written once into a converted copy in the run folder).
 # KEEP=0 deletes a row's seeded folders after it (FLUX.2 [dev] always runs its 48 GB text tower
 # and its 64 GB DiT one after the other: this machine's disk does not hold both). Prints per row:
 # the seeding's and the prepare's wall time and peak RSS (GNU time; a process's RSS counts the mapped file pages it touched), then
@@ -28,6 +30,7 @@ RES=${RES:-512}
 FRAMES=${FRAMES:-17}
 KEEP=${KEEP:-1}
 AC=${AC:-true}   # activation checkpointing (false: FLUX.2 klein 4B at 512x512 keeps 12 GB private per rank)
+CONVERTED=${CONVERTED:-gather}  # model.frozen_converted, one training run per word: gather, copy or "gather copy"
 B=build/zeroshard
 LOG="$OUT/figures.txt"
 mkdir -p "$OUT/images" "$OUT/clips" "$OUT/tok"
@@ -92,15 +95,21 @@ row() {  # name config series "seed folders" --set...
   # the towers' folders are done with: FLUX.2 [dev]'s DiT and Mistral do not fit the disk at once
   [ "$name" != flux2_dev ] && [ "$KEEP" != 0 ] || rm -rf "$w" "$w.done"
   [ -f "$d.done" ] || seed "$config" "$d" dit
-  rm -rf "$run/train"
-  $B train --config "$config" --nproc 2 --set "$s.cache=$run/cache" $size \
-    --set "$s.dit_from=$d/$(dit_folder "$s")" --set model.frozen_storage=file \
-    --set lora.rank=32 --set lora.alpha=32 --set "lora.targets=$LORA" \
-    --set parallel.strategy=optim_grads_params --set mixed_precision.param_dtype=bf16 \
-    --set train.activation_checkpointing="$AC" --set train.steps="$STEPS" --set train.save_final=false \
-    --set train.save_on_signal=false --set run.progress=false --set parallel.comm_timeout_s=7200 \
-    --set run.dir="$run/train" > "$run/train.log" 2>&1 || { tail -20 "$run/train.log"; exit 1; }
-  /usr/bin/python3 bench/run_figures.py "$run/train/metrics.jsonl" "$name" | tee -a "$LOG"
+  local mode tdir
+  for mode in $CONVERTED; do
+    tdir="$run/train"; [ "$mode" = gather ] || tdir="$run/train-$mode"
+    rm -rf "$tdir"
+    $B train --config "$config" --nproc 2 --set "$s.cache=$run/cache" $size \
+      --set "$s.dit_from=$d/$(dit_folder "$s")" --set model.frozen_storage=file --set model.frozen_converted="$mode" \
+      --set lora.rank=32 --set lora.alpha=32 --set "lora.targets=$LORA" \
+      --set parallel.strategy=optim_grads_params --set mixed_precision.param_dtype=bf16 \
+      --set train.activation_checkpointing="$AC" --set train.steps="$STEPS" --set train.save_final=false \
+      --set train.save_on_signal=false --set run.progress=false --set parallel.comm_timeout_s=7200 \
+      --set run.dir="$tdir" > "$tdir.log" 2>&1 || { tail -20 "$tdir.log"; exit 1; }
+    grep -h "frozen_converted=copy" "$tdir/rank0.log" | sed 's/^.*model.frozen/  model.frozen/' | tee -a "$LOG" || true
+    /usr/bin/python3 bench/run_figures.py "$tdir/metrics.jsonl" "$name ($mode)" | tee -a "$LOG"
+    [ "$mode" = gather ] || rm -rf "$tdir/frozen_converted"
+  done
   [ "$KEEP" != 0 ] || rm -rf "$d" "$d.done"
 }
 

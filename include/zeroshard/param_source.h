@@ -29,6 +29,9 @@ struct ParamLocation {
   bool whole = false;  // the parameter lies at `offset` as one row-major run of `dtype` elements
   uint64_t offset = 0;
   at::ScalarType dtype = at::kFloat;
+  // The other files a conversion reads pieces from (a concatenation across shard files, a tied
+  // copy compared as it is read): the storage checks them for changes as it checks `file`.
+  std::vector<std::string> also_reads;
   bool in_file() const { return !file.empty(); }
 };
 

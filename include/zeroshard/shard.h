@@ -94,6 +94,10 @@ struct ShardOptions {
   // FrozenStorage::File keeps param_source for the run (it serves the converted parameters)
   // and maps its files; the results are bitwise those of Memory.
   FrozenStorage frozen_storage = FrozenStorage::Memory;
+  // FrozenStorage::File: where the frozen parameters the files hold in another dtype or layout are
+  // written once, converted, and then used in place (shard/converted_copy.h). Empty: they are
+  // converted into a transient buffer at each gather instead.
+  std::string converted_copy_dir;
 };
 
 // One unit's flat buffer of one kind, as laid out at this world size.
@@ -170,6 +174,8 @@ class ShardedModel {
   int num_replicas() const;
   int num_units() const;
   std::vector<std::string> unit_names() const;
+  // What the engine did that the run's log should say (the converted copy it wrote or reused).
+  const std::vector<std::string>& notes() const;
 
   MemoryStats memory() const;
   void reset_gathered_peak();

@@ -61,6 +61,10 @@ Command add_plan(CLI::App& app) {
             shard::ModelPlan first;
             for (size_t i = 0; i < strategies.size(); ++i) {
               ShardOptions o = train::shard_options(cfg);
+              if (cfg.frozen_storage == FrozenStorage::File && cfg.frozen_converted == "copy" &&
+                  o.converted_copy_dir.empty()) {
+                o.converted_copy_dir = "<run folder>/frozen_converted";  // the plan only asks whether there is one
+              }
               o.strategy = strategies[i];
               o.param_source = source;
               const shard::ModelPlan p = shard::plan_model(task->module(), o, a->nproc, cfg.train.grad_accum);

@@ -399,6 +399,12 @@ class NameMappedSource : public ParamSource {
     const Segment& s = it->second.front();
     ParamLocation l = s.file->location(*s.entry, s.their_begin);
     l.whole = it->second.size() == 1 && s.our_begin == 0 && s.length == numel_of(param.shape);
+    for (const Segment& other : it->second) {
+      const std::string& f = other.file->path();
+      if (f != l.file && std::find(l.also_reads.begin(), l.also_reads.end(), f) == l.also_reads.end()) {
+        l.also_reads.push_back(f);
+      }
+    }
     return l;
   }
 

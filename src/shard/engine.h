@@ -42,6 +42,7 @@ class ShardedModel::Impl {
   const std::shared_ptr<torch::nn::Module>& module() const { return module_; }
   int num_units() const { return static_cast<int>(units_.size()); }
   std::vector<std::string> unit_names() const;
+  const std::vector<std::string>& notes() const { return notes_; }
   MemoryStats memory() const;
   CommStats comm_stats() const;
   void reset_gathered_peak() { gathered_peak_ = gathered_bytes_; }
@@ -96,6 +97,7 @@ class ShardedModel::Impl {
   float grad_scale_ = 1.0f;
   int micro_batches_ = 0;
   shard::MappedFiles mapped_files_;  // FrozenStorage::File: each file mapped once
+  std::vector<std::string> notes_;   // ShardedModel::notes()
   int64_t gathered_bytes_ = 0;
   int64_t gathered_peak_ = 0;
   int64_t optim_bytes_ = 0;

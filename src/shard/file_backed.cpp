@@ -42,9 +42,12 @@ FileBacked::FileBacked(const std::vector<ParamSlot>& slots, std::shared_ptr<Para
       p.converted_offset = converted_numel_;
       converted_numel_ += s.numel;
     }
-    bool seen = false;
-    for (const auto& f : files_) seen = seen || f == p.file;
-    if (!seen) files_.push_back(p.file);
+    // Every file the values come from is checked for changes, also the further pieces of one.
+    std::vector<std::shared_ptr<io::MappedFile>> read_from = {p.file};
+    for (const auto& other : loc.also_reads) read_from.push_back(files.get(other));
+    for (const auto& f : read_from) {
+      if (std::find(files_.begin(), files_.end(), f) == files_.end()) files_.push_back(f);
+    }
     places_.push_back(std::move(p));
   }
 }
@@ -55,9 +58,28 @@ at::Tensor FileBacked::values(const ParamSlot& slot, const Place& p) const {
     return at::from_blob(const_cast<char*>(p.file->data() + p.offset), slot.shape, [keep](void*) {},
                          at::TensorOptions().dtype(compute_dtype_));
   }
-  at::Tensor fp32 = at::empty({slot.numel}, at::kFloat);
-  source_->read(slot, 0, slot.numel, fp32);
-  return fp32.to(compute_dtype_).view(slot.shape);
+  at::Tensor out = at::empty({slot.numel}, compute_dtype_);
+  convert(slot, out);
+  return out.view(slot.shape);
+}
+
+void FileBacked::convert(const ParamSlot& slot, const at::Tensor& dst) const {
+  // Through a bounded float32 scratch: the transient bytes of a conversion do not grow with the
+  // parameter (a FLUX.1 single block's fused 66M-element projection would need 264 MB of fp32
+  // at each gather, freed into the step's heap between the activations).
+  const int64_t chunk = std::min<int64_t>(slot.numel, kConvertChunk);
+  at::Tensor scratch = dst.scalar_type() == at::kFloat ? at::Tensor() : at::empty({chunk}, at::kFloat);
+  for (int64_t begin = 0; begin < slot.numel; begin += chunk) {
+    const int64_t n = std::min(chunk, slot.numel - begin);
+    at::Tensor part = dst.narrow(0, begin, n);
+    if (!scratch.defined()) {
+      source_->read(slot, begin, begin + n, part);
+      continue;
+    }
+    at::Tensor fp32 = scratch.narrow(0, 0, n);
+    source_->read(slot, begin, begin + n, fp32);
+    part.copy_(fp32);  // rounded once, as FlatParam::materialize rounds a Memory shard
+  }
 }
 
 void FileBacked::bind(std::vector<ParamSlot>& slots, const at::Tensor& buffer) const {
@@ -81,10 +103,7 @@ void FileBacked::load(const std::vector<ParamSlot>& slots, const at::Tensor& buf
   for (size_t i = 0; i < slots.size(); ++i) {
     const Place& p = places_[i];
     if (p.in_place) continue;
-    at::Tensor dst = buffer.narrow(0, p.converted_offset, slots[i].numel);
-    at::Tensor fp32 = at::empty({slots[i].numel}, at::kFloat);  // one parameter at a time
-    source_->read(slots[i], 0, slots[i].numel, fp32);
-    dst.copy_(fp32);  // rounded once, as FlatParam::materialize rounds a Memory shard
+    convert(slots[i], buffer.narrow(0, p.converted_offset, slots[i].numel));
   }
 }
 

@@ -9,7 +9,10 @@
 //              (the engine's prefetch order) and that it may go first when the unit is done;
 //   converted  anything else (an fp32 file under bf16, pieces concatenated, halves swapped): read
 //              through the source into the unit's buffer when the unit is gathered, rounded to
-//              the compute dtype once, as the Memory storage rounds it when it stores the shard.
+//              the compute dtype once, as the Memory storage rounds it when it stores the shard
+//              (or written so once, into a converted copy read in place: shard/converted_copy.h).
+// Every file a parameter's values come from (ParamLocation::file and also_reads) is checked for
+// changes before each use.
 // Either way the values are bitwise those FrozenStorage::Memory computes with. Nothing is sharded
 // or all-gathered: every rank reads the same files, and the ranks of a host share their pages.
 #pragma once
@@ -48,6 +51,9 @@ class FileBacked {
   // whole, in that dtype, aligned for it, inside a file of `file_size` bytes (else converted).
   static bool in_place(const ParamLocation& loc, int64_t numel, at::ScalarType compute_dtype, uint64_t file_size);
 
+  // Converted parameters are read through a float32 scratch of at most this many elements.
+  static constexpr int64_t kConvertChunk = int64_t{1} << 20;  // 4 MiB
+
   // Elements of the buffer the converted parameters need (0 when every one is in place).
   int64_t converted_numel() const { return converted_numel_; }
   // Bytes of parameters used in place (mapped, not allocated).
@@ -74,6 +80,9 @@ class FileBacked {
   };
   // One parameter's values, whole, in the compute dtype (read, or a view of the mapping).
   at::Tensor values(const ParamSlot& slot, const Place& place) const;
+  // A converted parameter read through the source into dst (its numel elements, compute dtype),
+  // kConvertChunk elements at a time.
+  void convert(const ParamSlot& slot, const at::Tensor& dst) const;
 
   std::shared_ptr<ParamSource> source_;
   at::ScalarType compute_dtype_;

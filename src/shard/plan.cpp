@@ -66,8 +66,11 @@ ModelPlan plan_model(const std::shared_ptr<torch::nn::Module>& module, const Sha
     const ParamLocation loc = source->locate({s.name, s.param.sizes().vec(), 0, s.param.numel()});
     if (!loc.in_file()) return false;
     const int64_t numel = s.param.numel();
-    c.file_bytes_per_pass += numel * static_cast<int64_t>(c10::elementSize(loc.dtype));
-    if (FileBacked::in_place(loc, numel, options.param_dtype, std::filesystem::file_size(loc.file))) {
+    const bool in_place = FileBacked::in_place(loc, numel, options.param_dtype, std::filesystem::file_size(loc.file));
+    // A converted copy holds the others in place, in the compute dtype (shard/converted_copy.h).
+    const bool copied = !in_place && !options.converted_copy_dir.empty();
+    c.file_bytes_per_pass += numel * (copied ? ce : static_cast<int64_t>(c10::elementSize(loc.dtype)));
+    if (in_place || copied) {
       c.mapped_bytes += numel * ce;
     } else {
       c.converted_bytes += numel * ce;

@@ -9,6 +9,8 @@
 // the optimizer hand-over: step.cpp.
 #include "shard/engine.h"
 
+#include "shard/converted_copy.h"
+
 #include "zeroshard/nn/deferred.h"
 
 #include <algorithm>
@@ -41,6 +43,7 @@ int ShardedModel::replica() const { return impl_->comm().rank() / impl_->shard_c
 int ShardedModel::num_replicas() const { return impl_->plan().replicas; }
 int ShardedModel::num_units() const { return impl_->num_units(); }
 std::vector<std::string> ShardedModel::unit_names() const { return impl_->unit_names(); }
+const std::vector<std::string>& ShardedModel::notes() const { return impl_->notes(); }
 MemoryStats ShardedModel::memory() const { return impl_->memory(); }
 void ShardedModel::reset_gathered_peak() { impl_->reset_gathered_peak(); }
 CommStats ShardedModel::comm_stats() const { return impl_->comm_stats(); }
@@ -217,6 +220,24 @@ void ShardedModel::Impl::build_units() {
       const bool in_file = from_files && source->locate(info).in_file();
       (in_file ? mapped : frozen)[u].push_back(std::move(s));
     }
+  }
+
+  // The converted copy: what the files hold in another dtype or layout is written once and then
+  // read in place (shard/converted_copy.h); the mapped buffers below read through its source.
+  if (from_files && !options_.converted_copy_dir.empty()) {
+    std::vector<shard::CopyUnit> copy_units;
+    for (int u = 0; u < n_units; ++u) {
+      if (mapped[u].empty()) continue;
+      shard::CopyUnit cu;
+      cu.name = assigned[static_cast<size_t>(u)].name;
+      for (const auto& s : mapped[u]) cu.params.push_back({s.name, s.param.sizes().vec(), 0, s.param.numel()});
+      copy_units.push_back(std::move(cu));
+    }
+    shard::ConvertedCopy copy = shard::make_converted_copy(options_.param_source, copy_units,
+                                                           options_.converted_copy_dir, options_.param_dtype, *comm_);
+    options_.param_source = copy.source;
+    source = options_.param_source.get();
+    if (!copy.note.empty()) notes_.push_back(copy.note);
   }
 
   // 3. Build units: root first, then the chosen modules in pre-order. The plan decides which

@@ -20,6 +20,8 @@ TrainConfig::TrainConfig(const TrainConfig& o)
     : series(o.series),
       init_from(o.init_from),
       frozen_storage(o.frozen_storage),
+      frozen_converted(o.frozen_converted),
+      frozen_copy_dir(o.frozen_copy_dir),
       model(o.model ? o.model->clone() : nullptr),
       train(o.train),
       lora(o.lora),
@@ -49,6 +51,13 @@ ConfigKeys config_keys(TrainConfig& c) {
                             {{"memory", FrozenStorage::Memory}, {"file", FrozenStorage::File}},
                             "where frozen weights read from files live: each rank's shard in memory, or used in place "
                             "from the memory-mapped files (shared by the host's ranks; docs/frozen_storage.md)");
+  k.add_string("model.frozen_converted", &c.frozen_converted, {"gather", "copy"},
+               "model.frozen_storage=file: frozen weights the files hold in another dtype or layout (an fp32 file under "
+               "bf16, diffusers' separate q/k/v) are converted at each gather (gather), or written once converted into "
+               "model.frozen_copy_dir and read in place from there (copy)");
+  k.add_path("model.frozen_copy_dir", &c.frozen_copy_dir,
+             "model.frozen_converted=copy: the folder of the converted copy (reused while its sources are unchanged); "
+             "default <run folder>/frozen_converted");
 
   TrainSection& t = c.train;
   k.add_int("train.steps", &t.steps, 1, big, "optimizer steps");
@@ -403,6 +412,8 @@ ShardOptions shard_options(const TrainConfig& c) {
   o.param_dtype = scalar_type(c.mixed_precision.param_dtype);
   o.reduce_dtype = scalar_type(c.mixed_precision.reduce_dtype);
   o.frozen_storage = c.frozen_storage;
+  // The run folder's default is the trainer's to fill (it knows the folder).
+  if (c.frozen_storage == FrozenStorage::File && c.frozen_converted == "copy") o.converted_copy_dir = c.frozen_copy_dir;
   return o;
 }
 

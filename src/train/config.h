@@ -147,6 +147,8 @@ struct TrainConfig {
   std::string series = "llama";  // model.series (src/models/series_list.cpp)
   std::string init_from;         // model.init_from: safetensors with every parameter (LoRA: every base one)
   FrozenStorage frozen_storage = FrozenStorage::Memory;  // model.frozen_storage (docs/frozen_storage.md)
+  std::string frozen_converted = "gather";  // model.frozen_converted: gather | copy
+  std::string frozen_copy_dir;              // model.frozen_copy_dir (empty: <run folder>/frozen_converted)
   std::unique_ptr<SeriesConfig> model;  // the series' own keys
   TrainSection train;
   LoraSection lora;

@@ -295,6 +295,9 @@ void Trainer::setup() {
                                 cfg.series + " holds out no validation data here (qwen3: set data.valid_fraction)");
   }
   ShardOptions shard = shard_options(cfg);
+  if (cfg.frozen_storage == FrozenStorage::File && cfg.frozen_converted == "copy" && shard.converted_copy_dir.empty()) {
+    shard.converted_copy_dir = s.run_dir + "/frozen_converted";
+  }
   if (s.resume && cfg.frozen_storage == FrozenStorage::File) {
     // Frozen weights never change: a resumed run reads them in place from the model's files again
     // (the same values the checkpoint holds), the rest from the checkpoint.
@@ -327,6 +330,7 @@ void Trainer::setup() {
     util::StreamingHeap streaming;
     s.sharded = fully_shard(s.task->module(), s.comm, shard);
   }
+  for (const std::string& note : s.sharded->notes()) announce(note);
   if (s.sharded->num_replicas() > 1) {
     s.log->line("hybrid sharding: " + std::to_string(s.sharded->num_replicas()) +
                 " copies of the model, each sharded over " + std::to_string(s.sharded->shard_comm().world_size()) +

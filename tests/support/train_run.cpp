@@ -218,6 +218,15 @@ std::string expect_seeded_folders_train_as_seeded(const std::string& args, const
     EXPECT_GT(from_files.metrics.back().value("mem_mapped_bytes", int64_t{0}), 0)
         << "nothing was read in place: " << from_files.metrics.back().dump();
   }
+  // Through a converted copy in the run folder (what the files hold in another layout, FLUX.1's
+  // separate q/k/v, written once fused): the same losses, nothing converted at a gather.
+  const TrainRun copied = train_series(common + keys + " --set model.frozen_storage=file --set model.frozen_converted=copy",
+                                       2, tag + "_copy");
+  EXPECT_EQ(copied.exit_code, 0) << copied.output;
+  EXPECT_EQ(loss_texts(seeded), loss_texts(copied)) << keys;
+  if (!copied.metrics.empty()) {
+    EXPECT_EQ(copied.metrics.back().value("mem_converted_bytes", int64_t{-1}), 0) << copied.metrics.back().dump();
+  }
   return keys;
 }
 

@@ -81,8 +81,9 @@ void expect_exact_resume(const std::string& args, const std::string& tag);
 // <args> --dtype fp32` writes the model's folders (in files of at most 0.2 MiB: several per
 // folder, fused groups kept whole), and `args` (a LoRA config: the base is frozen,
 // so every folder is read in place under model.frozen_storage=file) trains 2 steps at W = 2 from
-// them, reading the keys the command printed, with the losses of the seeded run, bit for bit.
-// Returns the keys ("--set k=v ...").
+// them, reading the keys the command printed, with the losses of the seeded run, bit for bit;
+// and again through a converted copy (model.frozen_converted=copy), nothing converted at a
+// gather. Returns the keys ("--set k=v ...").
 std::string expect_seeded_folders_train_as_seeded(const std::string& args, const std::string& tag);
 
 // Largest |loss_b - loss_a| / |loss_a| over b's steps after after_step (each must be in a).

@@ -125,6 +125,36 @@ TEST(FrozenFiles, ConvertedParametersAreBitwiseTheMemoryStorage) {
   }
 }
 
+// model.frozen_converted=copy: the fp32 folder under bf16 compute is written once, rounded, into
+// the run's converted copy and used in place from there: the memory run's bits, nothing converted
+// at a gather; a second run given the same folder reuses it; resuming reads it again exactly.
+TEST(FrozenFiles, AConvertedCopyIsBitwiseTheMemoryStorageAndIsReused) {
+  const std::string copy_dir = make_temp_dir("frozen_copy") + "/converted";
+  const std::string copy = kFile + " --set model.frozen_converted=copy --set model.frozen_copy_dir=" + copy_dir;
+  for (const std::string strategy : {"no_shard", "optim_grads_params"}) {
+    const std::string args = lora_args(base().fp32, "bf16") + " --set run.dump_final_shards=true --set parallel.strategy=" + strategy;
+    const TrainRun memory = train_series(args, 2, "frozen_copy_memory_" + strategy);
+    const TrainRun file = train_series(args + copy, 2, "frozen_copy_file_" + strategy);
+    expect_same_bits(memory, file, 2);
+    const nlohmann::json& m = file.metrics.back();
+    EXPECT_EQ(m.value("mem_converted_bytes", int64_t{-1}), 0) << "nothing converted at a gather: " << m.dump();
+    EXPECT_GT(m.value("mem_mapped_bytes", int64_t{0}), 0) << "the copy is used in place: " << m.dump();
+    // The first run wrote the copy; the second found it unchanged.
+    const std::string log = read_text(file.dir + "/rank0.log");
+    EXPECT_NE(log.find("model.frozen_converted=copy"), std::string::npos) << log;
+    if (strategy == "no_shard") {
+      EXPECT_EQ(log.find("(0 unit files written"), std::string::npos) << log;
+      EXPECT_NE(log.find(", 0 reused)"), std::string::npos) << log;
+    } else {
+      EXPECT_NE(log.find("(0 unit files written"), std::string::npos) << log;
+    }
+  }
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(copy_dir)) files += e.path().extension() == ".safetensors";
+  EXPECT_GT(files, 0);
+  expect_exact_resume(lora_args(base().fp32, "bf16") + copy, "frozen_copy_resume");
+}
+
 TEST(FrozenFiles, ResumesExactly) { expect_exact_resume(lora_args(base().bf16, "bf16") + kFile, "frozen_files_resume"); }
 
 TEST(FrozenFiles, ExportsWhatTheMemoryStorageExports) {

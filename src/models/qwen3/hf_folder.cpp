@@ -81,6 +81,10 @@ class HfFolderSource : public ParamSource {
     ParamLocation l = w->file->location(*w->entry);
     // A tied copy is compared with the embedding as it is read: that check needs read().
     l.whole = !(check_tied_copy_ && param.name == kEmbed);
+    if (!l.whole) {
+      const std::string& head = set_.find(kHead)->file->path();
+      if (head != l.file) l.also_reads.push_back(head);
+    }
     return l;
   }
 
