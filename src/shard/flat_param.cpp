@@ -46,7 +46,7 @@ void FlatParam::materialize(ParamSource* source, Communicator& comm) {
     files_->bind(slots_, full_);
     gathered_ = true;
     if (files_on_use_) {
-      free_full();
+      drop_layout_bytes();
     } else {
       files_->load(slots_, full_);
     }
@@ -98,7 +98,16 @@ void FlatParam::materialize(ParamSource* source, Communicator& comm) {
     for (auto& s : slots_) s.param.set_data(full_.narrow(0, s.offset, s.numel).view(s.shape));
   }
   gathered_ = true;
-  if (transient()) free_full();
+  if (transient()) drop_layout_bytes();
+}
+
+void FlatParam::drop_layout_bytes() {
+  // Bytes allocated only to lay out the views (never written, so never resident): back to the
+  // system, not into the pool, which would otherwise start with one block per unit, hand them
+  // out in turn and make every unit's buffer resident over the steps (FLUX.1 [dev]: 6.95 GB
+  // pooled per rank, 12 GB private on one rank).
+  release_storage_bytes(full_);
+  gathered_ = false;
 }
 
 void FlatParam::load_from_files() {

@@ -107,6 +107,8 @@ class FlatParam {
   // when one is set (the engine's, which outlives its buffers), else from and to malloc.
   void allocate_full();
   void free_full();
+  // After materialize: the transient buffer's first bytes go back without entering the pool.
+  void drop_layout_bytes();
   void use_bytes_pool(StorageBytesPool* pool) { bytes_pool_ = pool; }
   // After the fp32 masters changed: the compute buffer from this rank's master values (the
   // whole buffer with a full master; otherwise fills nothing and returns false). A cast-on-use

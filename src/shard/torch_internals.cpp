@@ -23,11 +23,11 @@ void StorageBytesPool::allocate(const at::Tensor& t, size_t nbytes) {
   if (nbytes >= min_bytes_) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = free_.find(nbytes);
-    if (it != free_.end()) {
+    if (it != free_.end() && !it->second.empty()) {
       c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-      storage->set_data_ptr_noswap(std::move(it->second));
+      storage->set_data_ptr_noswap(std::move(it->second.back()));
       storage->set_nbytes(nbytes);
-      free_.erase(it);
+      it->second.pop_back();
       pooled_bytes_ -= nbytes;
       return;
     }
@@ -45,7 +45,7 @@ void StorageBytesPool::release(const at::Tensor& t) {
   c10::DataPtr bytes = storage->set_data_ptr(c10::GetCPUAllocator()->allocate(0));
   storage->set_nbytes(0);
   std::lock_guard<std::mutex> lock(mutex_);
-  free_.emplace(nbytes, std::move(bytes));
+  free_[nbytes].push_back(std::move(bytes));
   pooled_bytes_ += nbytes;
 }
 

@@ -10,8 +10,8 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 // For code that must differ between libtorch versions (none in the engine on 1.13.1 yet):
@@ -39,8 +39,10 @@ void allocate_storage_bytes(const at::Tensor& t, size_t nbytes);
 // freed buffer (hundreds of MB at real size) is a hole the step's small tensors move into, so the
 // next unit's buffer no longer fits there and the heap grows: a Qwen3-4B LoRA under ZeRO-3 at
 // W = 2 grew by ~5 GB per rank within its second step and was killed at 24 GiB. Pooled, a size
-// holds at most as many blocks as were ever live at once. Blocks under min_bytes go back to
-// malloc, whose bins serve them well. Thread-safe.
+// holds at most as many blocks as were ever live at once (the engine never pools the bytes it
+// allocates only to lay out a buffer's views: FlatParam::drop_layout_bytes). The last block
+// freed of a size is the next one handed out, so the pages in use stay the ones already
+// resident. Blocks under min_bytes go back to malloc, whose bins serve them well. Thread-safe.
 class StorageBytesPool {
  public:
   explicit StorageBytesPool(size_t min_bytes) : min_bytes_(min_bytes) {}
@@ -54,7 +56,7 @@ class StorageBytesPool {
  private:
   size_t min_bytes_;
   mutable std::mutex mutex_;
-  std::unordered_multimap<size_t, c10::DataPtr> free_;
+  std::map<size_t, std::vector<c10::DataPtr>> free_;  // by size, the last freed at the back
   size_t pooled_bytes_ = 0;
 };
 

@@ -151,3 +151,35 @@ TEST(FrozenStorage, ALoraBaseUnderBf16StoresItsBf16RoundingAndComputesAsBefore) 
     EXPECT_TRUE(direct->forward(tokens).equal(first_logits));
   }
 }
+
+// The engine's pool of freed unit buffers (shard::StorageBytesPool) starts empty: the bytes
+// fully_shard allocates only to lay out a ZeRO-3 unit's views go back to the system. Over
+// forwards it holds at most the units that were gathered at once (max_live_units), each of them
+// ever touched: before, it started with one never-written block per unit and handed them out in
+// turn, so every unit's buffer became resident over the steps (FLUX.1 [dev], docs/benchmarks.md).
+TEST(FrozenStorage, TheUnitBufferPoolStartsEmptyAndHoldsAtMostTheLiveUnits) {
+  models::LlamaConfig c = small_llama();
+  c.dim = 1024;
+  c.ffn_hidden = 4096;
+  c.n_layers = 4;  // 16.8M parameters a block: 33.6 MB in bf16, above the pool's 16 MiB floor
+  models::Llama model{nullptr};
+  {
+    nn::DeferredInit deferred;
+    model = models::Llama(c);
+    for (auto& p : model->parameters()) p.set_requires_grad(false);
+  }
+  ShardOptions o(Strategy::OptimGradsParams);
+  o.param_dtype = at::kBFloat16;
+  o.max_live_units = 2;
+  o.param_source = param_source_from_init([&](const std::string& name, at::Tensor& t) { models::llama_init(c, 5, name, t); });
+  auto sharded = fully_shard(model.ptr(), make_local_communicator(), o);
+  EXPECT_EQ(sharded->memory().pooled_bytes, 0) << "the layout's bytes entered the pool";
+  const int64_t unit_bytes = sharded->memory().largest_unit_bytes;
+  ASSERT_GE(unit_bytes, int64_t{16} << 20);
+  const at::Tensor tokens = at::arange(0, 16, at::kLong).remainder(97).view({1, 16});
+  at::NoGradGuard no_grad;
+  for (int i = 0; i < 3; ++i) model->forward(tokens);
+  const int64_t pooled = sharded->memory().pooled_bytes;
+  EXPECT_GT(pooled, 0);
+  EXPECT_LE(pooled, 2 * unit_bytes) << "more blocks pooled than units were ever live at once";
+}

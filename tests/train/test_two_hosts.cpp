@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 
 using namespace zeroshard;
@@ -56,17 +57,26 @@ class TwoHosts : public ::testing::Test {
   // Starts ranks 0,1 on host 0 and ranks 2,3 on host 1 with RANK / WORLD_SIZE / LOCAL_RANK /
   // LOCAL_WORLD_SIZE / MASTER_ADDR / MASTER_PORT, runs `during` (a shell snippet; $RUN is the
   // run folder) while they train, and waits for all four. Per-rank output and exit codes land
-  // in the run folder; $RUN/end holds the time the last rank exited.
-  static TrainRun run(const std::string& args, const std::string& tag, const std::string& during = "true") {
+  // in the run folder; $RUN/end holds the time the last rank exited. Each path P of
+  // `host_local` is a host's own disk: the ranks of host h see P.host<h> there (a private mount
+  // namespace per rank, P.host<h> bind-mounted on P).
+  static TrainRun run(const std::string& args, const std::string& tag, const std::string& during = "true",
+                      const std::vector<std::string>& host_local = {}) {
     TrainRun r;
     r.dir = make_temp_dir(tag);
     std::string cmd = "RUN=" + r.dir + "; ";
     for (int rank = 0; rank < 4; ++rank) {
       const std::string out = r.dir + "/out.rank" + std::to_string(rank);
-      cmd += "(ip netns exec " + host_[rank / 2] + " env RANK=" + std::to_string(rank) + " WORLD_SIZE=4 LOCAL_RANK=" +
-             std::to_string(rank % 2) + " LOCAL_WORLD_SIZE=2 MASTER_ADDR=10.231.0.1 MASTER_PORT=29500 timeout -s KILL 300 " +
-             ZS_BINARY + " train " + kSmallModel + " --set run.dir=" + r.dir + " " + args + " > " + out +
-             " 2>&1; echo $? > " + r.dir + "/exit.rank" + std::to_string(rank) + ") & ";
+      std::string start = "ip netns exec " + host_[rank / 2] + " env RANK=" + std::to_string(rank) +
+                          " WORLD_SIZE=4 LOCAL_RANK=" + std::to_string(rank % 2) +
+                          " LOCAL_WORLD_SIZE=2 MASTER_ADDR=10.231.0.1 MASTER_PORT=29500 timeout -s KILL 300 " +
+                          ZS_BINARY + " train " + kSmallModel + " --set run.dir=" + r.dir + " " + args;
+      if (!host_local.empty()) {
+        std::string mounts;
+        for (const auto& p : host_local) mounts += "mount --bind " + p + ".host" + std::to_string(rank / 2) + " " + p + " && ";
+        start = "unshare -m --propagation private sh -c \"" + mounts + "exec " + start + "\"";
+      }
+      cmd += "(" + start + " > " + out + " 2>&1; echo $? > " + r.dir + "/exit.rank" + std::to_string(rank) + ") & ";
     }
     cmd += during + "; wait; date +%s.%N > $RUN/end";
     std::string ignored;
@@ -126,4 +136,52 @@ TEST_F(TwoHosts, CutLinkFailsEveryRankWithinTheCollectiveTimeout) {
   // Each rank names the step it was in and the collective that timed out.
   EXPECT_NE(r.output.find("during step"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("timeout 5 s"), std::string::npos) << r.output;
+}
+
+// model.frozen_storage=file across two hosts with local disks: each host has its own copy of the
+// base weights and of the converted copy's folder at the same paths (bind mounts in a private
+// mount namespace per rank). Every rank reads its own host's file in place; the fp32 file under
+// bf16 compute goes through model.frozen_converted=copy, whose units the ranks of the other
+// host wrote on their disk, so each host's ranks write what they find missing on theirs. The
+// losses are the same job's on one host with the base in memory, bit for bit.
+TEST_F(TwoHosts, FrozenWeightsAreReadFromEachHostsOwnFiles) {
+  const TrainRun base = train(" --set train.steps=1 --set run.dump_init=true", 1, "two_hosts_files_base");
+  ASSERT_EQ(base.exit_code, 0) << base.output;
+  const std::string dir = make_temp_dir("two_hosts_files");
+  for (const std::string p : {"weights", "converted"}) {
+    for (const std::string h : {".host0", ".host1"}) std::filesystem::create_directories(dir + "/" + p + h);
+    std::filesystem::create_directories(dir + "/" + p);  // the mount point
+  }
+  for (const std::string h : {".host0", ".host1"}) {
+    std::filesystem::copy_file(base.dir + "/init.safetensors", dir + "/weights" + h + "/init.safetensors");
+  }
+  const std::string lora = " --set lora.rank=4 --set lora.alpha=8 --set lora.targets=wq,wk,wv,wo"
+                           " --set mixed_precision.param_dtype=bf16 --set train.steps=6 --set parallel.strategy=optim_grads_params" +
+                           kBatch;
+  const TrainRun two = run(lora + " --set model.init_from=" + dir + "/weights/init.safetensors" +
+                               " --set model.frozen_storage=file --set model.frozen_converted=copy"
+                               " --set model.frozen_copy_dir=" + dir + "/converted",
+                           "two_hosts_files", "true", {dir + "/weights", dir + "/converted"});
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const TrainRun one = train(lora + " --set model.init_from=" + dir + "/weights.host0/init.safetensors", 4,
+                             "one_host_files_memory");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_EQ(loss_texts(two), loss_texts(one));
+  ASSERT_EQ(one.metrics.size(), 6u);
+  // Each host's folder holds every unit's converted file, and nothing was written on the mount points.
+  auto count = [](const std::string& d) {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(d)) n += e.path().extension() == ".safetensors";
+    return n;
+  };
+  EXPECT_GT(count(dir + "/converted.host0"), 0);
+  EXPECT_EQ(count(dir + "/converted.host0"), count(dir + "/converted.host1"));
+  EXPECT_EQ(count(dir + "/converted"), 0);
+  // More unit files were written than one host holds: each host's ranks wrote the other's units.
+  const std::string log = read_text(two.dir + "/rank0.log");
+  const size_t note = log.find("model.frozen_converted=copy");
+  ASSERT_NE(note, std::string::npos) << log;
+  const size_t open = log.find('(', log.find(" read in place from ", note));
+  ASSERT_NE(open, std::string::npos) << log;
+  EXPECT_GT(std::stoi(log.substr(open + 1)), count(dir + "/converted.host0")) << log;
 }
