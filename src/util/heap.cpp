@@ -24,7 +24,7 @@ void heap_for_steps() {
 
 StreamingHeap::StreamingHeap() {
   if (glibc_defaults()) return;
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // a fixed threshold: glibc's dynamic one would climb
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);  // a fixed threshold: glibc's dynamic one would climb
   mallopt(M_MMAP_MAX, 1 << 20);
 }
 
