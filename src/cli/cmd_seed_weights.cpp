@@ -83,12 +83,6 @@ FolderPlan plan_folder(const models::ReleasedFolder& f, const std::vector<OurPar
   return plan;
 }
 
-std::string gb(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f GB", bytes / 1e9);
-  return buf;
-}
-
 }  // namespace
 
 Command add_seed_weights(CLI::App& app) {
@@ -201,7 +195,7 @@ Command add_seed_weights(CLI::App& app) {
                 std::printf("%s -> %s: %lld parameters (%zu of ours, %lld written without being run), %s\n",
                             f.prefix.empty() ? "model" : (f.prefix + "*").c_str(), dir.c_str(),
                             static_cast<long long>(plan.their_numel), mine[i].size(),
-                            static_cast<long long>(plan.not_run_numel), gb(bytes).c_str());
+                            static_cast<long long>(plan.not_run_numel), util::gigabytes(bytes).c_str());
                 if (!f.note.empty()) std::printf("  note: %s\n", f.note.c_str());
                 continue;
               }
@@ -237,17 +231,17 @@ Command add_seed_weights(CLI::App& app) {
                           "%.1f s\n",
                           f.prefix.empty() ? "model" : (f.prefix + "*").c_str(), dir.c_str(),
                           static_cast<long long>(plan.their_numel), mine[i].size(),
-                          static_cast<long long>(plan.not_run_numel), files.size() - 1, gb(bytes).c_str(), seconds);
+                          static_cast<long long>(plan.not_run_numel), files.size() - 1, util::gigabytes(bytes).c_str(), seconds);
               if (!f.note.empty()) std::printf("  note: %s\n", f.note.c_str());
               keys.push_back("--set " + f.key + "=" + (f.key_takes_index ? index_of(f) : dir));
             }
             if (a->dry_run) {
               std::printf("%lld parameters, %s (%s); nothing written (--dry-run)\n", static_cast<long long>(total_params),
-                          gb(total_bytes).c_str(), a->dtype.c_str());
+                          util::gigabytes(total_bytes).c_str(), a->dtype.c_str());
               return 0;
             }
             std::printf("%lld parameters, %s (%s) in %s; a run reads them with\n  %s\n",
-                        static_cast<long long>(total_params), gb(total_bytes).c_str(), a->dtype.c_str(), a->out.c_str(),
+                        static_cast<long long>(total_params), util::gigabytes(total_bytes).c_str(), a->dtype.c_str(), a->out.c_str(),
                         util::join(keys, " \\\n  ").c_str());
             return 0;
           }};

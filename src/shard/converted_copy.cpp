@@ -1,7 +1,9 @@
 #include "shard/converted_copy.h"
 
+#include "comm/agree.h"
 #include "io/safetensors.h"
 #include "shard/file_backed.h"
+#include "util/text.h"
 
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
@@ -47,7 +49,7 @@ nlohmann::json identity(const std::string& path) {
 // One unit's file: the parameters to copy, where each is read from, and the record that a valid
 // file carries.
 struct Planned {
-  std::string unit, path;
+  std::string path;
   std::vector<ParamInfo> params;
   std::vector<ParamLocation> from;
   std::string record;
@@ -85,17 +87,6 @@ void write(const Planned& p, ParamSource& source, at::ScalarType dtype, int rank
   }
   writer.finish();
   fs::rename(mine, p.path);
-}
-
-// Every rank learns whether any rank failed; the failing rank's own message names the file.
-void agree(Communicator& comm, const std::string& failure, const std::string& what) {
-  at::Tensor failed = at::tensor({failure.empty() ? int64_t{0} : int64_t{1}}, at::kLong);
-  comm.all_reduce(failed);
-  if (!failure.empty()) throw std::runtime_error("rank " + std::to_string(comm.rank()) + ": " + failure);
-  if (failed.item<int64_t>() > 0) {
-    throw std::runtime_error("rank " + std::to_string(comm.rank()) + ": " + what + " failed on " +
-                             std::to_string(failed.item<int64_t>()) + " other rank(s); their logs name the file");
-  }
 }
 
 class CopySource : public ParamSource {
@@ -141,12 +132,6 @@ class CopySource : public ParamSource {
   std::map<std::string, Copied> copied_;
 };
 
-std::string gigabytes(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f GB", static_cast<double>(bytes) / 1e9);
-  return buf;
-}
-
 }  // namespace
 
 ConvertedCopy make_converted_copy(std::shared_ptr<ParamSource> source, const std::vector<CopyUnit>& units,
@@ -156,7 +141,6 @@ ConvertedCopy make_converted_copy(std::shared_ptr<ParamSource> source, const std
   const int64_t es = static_cast<int64_t>(c10::elementSize(compute_dtype));
   for (const auto& u : units) {
     Planned p;
-    p.unit = u.name;
     p.path = (fs::path(dir) / file_name(u.name)).string();
     nlohmann::json record = {{"dtype", io::safetensors_dtype(compute_dtype)}, {"unit", u.name}};
     for (const auto& info : u.params) {
@@ -196,7 +180,9 @@ ConvertedCopy make_converted_copy(std::shared_ptr<ParamSource> source, const std
     } catch (const std::exception& e) {
       failure = "writing the converted copy in " + dir + ": " + e.what();
     }
-    agree(comm, failure, "writing the converted copy in " + dir);
+    // A rank that failed does not throw alone: every rank stops with its message (comm/agree.h).
+    const std::string error = first_error(comm, failure);
+    if (!error.empty()) throw std::runtime_error(error);
   }
   out.write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -208,8 +194,8 @@ ConvertedCopy make_converted_copy(std::shared_ptr<ParamSource> source, const std
   char secs[32];
   std::snprintf(secs, sizeof(secs), "%.1f", out.write_seconds);
   out.note = "model.frozen_converted=copy: " + std::to_string(out.params) + " frozen parameters (" +
-             gigabytes(out.bytes) + ") that the files hold in another dtype or layout are read in place from " + dir +
-             " (" + std::to_string(out.units_written) + " unit files written in " + secs + " s, " +
+             util::gigabytes(static_cast<double>(out.bytes)) +
+             ") that the files hold in another dtype or layout are read in place from " + dir + " (" + std::to_string(out.units_written) + " unit files written in " + secs + " s, " +
              std::to_string(out.units_reused) + " reused)";
   return out;
 }

@@ -10,9 +10,8 @@
 //    high-water mark behind. Blocks kept past the scope stay valid (free() knows a mapped block).
 //    Why 1 MiB: with 32 MiB, seed-weights of Qwen3-30B-A3B (18,432 expert tensors of 6.3 MB in
 //    fp32, written one after another) took them from the heap, which kept growing (4 of its 48
-//    layers: 19.4 GB peak; all of them: killed at 24 GiB); mapped, the same 4 layers peak at
-//    0.49 GB and write twice as fast (bench: `seed-weights --config configs/qwen3/30b_a3b.yaml
-//    --set model.num_hidden_layers=4 --set model.vocab_size=20000`).
+//    layers: 19.4 GB peak in 73.7 s; all of them: killed at 24 GiB); mapped, the same 4 layers
+//    peak at 0.49 GB in 41.9 s (docs/benchmarks.md, "Every seed model at its released size").
 //
 // ZEROSHARD_MALLOC_DEFAULT=1 keeps glibc's defaults throughout.
 #pragma once

@@ -1,6 +1,7 @@
-// Small text helpers (name matching, list parsing).
+// Small text helpers (name matching, list parsing, sizes).
 #pragma once
 
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,6 +41,13 @@ inline std::string join(const std::vector<std::string>& items, const std::string
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
   return out;
+}
+
+// "23.80 GB": bytes in decimal gigabytes, as the logs and benches print sizes.
+inline std::string gigabytes(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f GB", bytes / 1e9);
+  return buf;
 }
 
 }  // namespace zeroshard::util
