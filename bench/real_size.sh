@@ -113,7 +113,9 @@ row() {  # name config series "seed folders" --set...
   [ "$KEEP" != 0 ] || rm -rf "$d" "$d.done"
 }
 
-folder_of() { [ "$1" = flux1 ] && echo text_encoder_2 || echo text_encoder; }  # series: T5's or the tower's folder
+folder_of() {  # series: where its text tower lies in its seeded folder (Wan: one torch.save file, as released)
+  case $1 in flux1) echo text_encoder_2 ;; wan) echo models_t5_umt5-xxl-enc-bf16.pth ;; *) echo text_encoder ;; esac
+}
 dit_folder() {  # Wan-AI's DiT lies at the folder's top (wan.dit_from takes its index)
   [ "$1" = wan ] && echo diffusion_pytorch_model.safetensors.index.json || echo transformer
 }

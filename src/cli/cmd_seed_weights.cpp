@@ -1,6 +1,6 @@
 // `zeroshard seed-weights --config C --out DIR`: the model of a config with seeded weights, written
 // in its released layout (Series::released_folders: folders, names through the series' name
-// maps, sharded safetensors + index, bf16 by default), so that runs at a published size read a
+// maps, sharded safetensors + index or one torch.save file, bf16 by default), so that runs at a published size read a
 // user's files through the same code as a real checkpoint's. The model is built without bytes
 // (nn::DeferredInit) and written one tensor (or one group of fused pieces) at a time: memory stays
 // that of the largest tensor, whatever the model's size. The values are the training run's own
@@ -9,6 +9,7 @@
 #include "cli/launch_or_run.h"
 #include "io/file.h"
 #include "io/safetensors.h"
+#include "io/torch_pth.h"
 #include "models/series.h"
 #include "nn/init.h"
 #include "nn/layers.h"
@@ -87,7 +88,7 @@ FolderPlan plan_folder(const models::ReleasedFolder& f, const std::vector<OurPar
 
 Command add_seed_weights(CLI::App& app) {
   struct Args {
-    std::string config_path, out, dtype = "bf16";
+    std::string config_path, out, dtype = "released";
     std::vector<std::string> overrides, only;
     double max_file_mb = 0;
     bool dry_run = false;
@@ -101,7 +102,9 @@ Command add_seed_weights(CLI::App& app) {
       ->check(CLI::ExistingFile);
   sub->add_option("--set", a->overrides, "Override a config key (repeatable)");
   sub->add_option("-o,--out", a->out, "The folder to write the released layout in")->required();
-  sub->add_option("--dtype", a->dtype, "bf16 (as the releases ship) or fp32")->check(CLI::IsMember({"bf16", "fp32"}));
+  sub->add_option("--dtype", a->dtype,
+                  "released (each folder's dtype as shipped: bf16, Wan2.1_VAE.pth float32), or bf16 or fp32 for all")
+      ->check(CLI::IsMember({"released", "bf16", "fp32"}));
   sub->add_option("--max-file-mb", a->max_file_mb, "At most this many MiB per safetensors file (0: 5 GB)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--only", a->only,
@@ -119,7 +122,11 @@ Command add_seed_weights(CLI::App& app) {
               throw std::invalid_argument("seed-weights: model.series " + cfg.series +
                                           " has no released weights to stand in for");
             }
-            const at::ScalarType dtype = a->dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+            const at::ScalarType dtype = a->dtype == "fp32" ? at::kFloat : at::kBFloat16;
+            // A folder's own dtype (ReleasedFolder::dtype) unless --dtype names one for all.
+            auto dtype_of = [&](const models::ReleasedFolder& f) {
+              return a->dtype == "released" && f.dtype != at::ScalarType::Undefined ? f.dtype : dtype;
+            };
             std::vector<models::ReleasedFolder> folders;
             if (series.released_folders) {
               folders = series.released_folders(cfg);
@@ -164,7 +171,10 @@ Command add_seed_weights(CLI::App& app) {
               }
             }
             auto dir_of = [&](const models::ReleasedFolder& f) { return f.folder.empty() ? a->out : a->out + "/" + f.folder; };
-            auto index_of = [&](const models::ReleasedFolder& f) { return dir_of(f) + "/" + f.stem + ".safetensors.index.json"; };
+            // What a run's key names: the index of the sharded safetensors, or the torch.save file.
+            auto index_of = [&](const models::ReleasedFolder& f) {
+              return dir_of(f) + "/" + f.stem + (f.torch_save ? ".pth" : ".safetensors.index.json");
+            };
             std::vector<size_t> todo;
             for (size_t i = 0; i < folders.size(); ++i) {
               if (mine[i].empty() || (!a->only.empty() && std::find(a->only.begin(), a->only.end(), label(folders[i])) == a->only.end())) {
@@ -183,13 +193,13 @@ Command add_seed_weights(CLI::App& app) {
             for (size_t i : todo) {
               const models::ReleasedFolder& f = folders[i];
               const std::string dir = dir_of(f);
-              const FolderPlan plan = plan_folder(f, mine[i], dtype);
+              const FolderPlan plan = plan_folder(f, mine[i], dtype_of(f));
               std::map<std::string, std::vector<int64_t>> shape_of;
               for (const auto& p : mine[i]) shape_of[p.name] = p.shape;
               const auto start = std::chrono::steady_clock::now();
               const auto seed = static_cast<uint64_t>(cfg.train.seed);
               if (a->dry_run) {
-                const double bytes = static_cast<double>(plan.their_numel) * static_cast<double>(at::elementSize(dtype));
+                const double bytes = static_cast<double>(plan.their_numel) * static_cast<double>(at::elementSize(dtype_of(f)));
                 total_bytes += bytes;
                 total_params += plan.their_numel;
                 std::printf("%s -> %s: %lld parameters (%zu of ours, %lld written without being run), %s\n",
@@ -201,37 +211,45 @@ Command add_seed_weights(CLI::App& app) {
               }
               // One group of our tensors at a time: seeded in fp32, mapped, converted as written;
               // then the tensors the model does not run, seeded by their released names.
-              const std::vector<std::string> files = io::write_sharded_safetensors(
-                  dir, f.stem, plan.theirs,
-                  [&](size_t g) {
-                    if (plan.ours[g].empty()) {
-                      const io::TensorEntry& e = plan.theirs[g][0];
-                      at::Tensor v = at::empty(e.shape, at::kFloat);
-                      nn::init_normal(v, seed, f.folder + "/" + e.name, 0.02);
-                      return std::vector<at::Tensor>{v};
-                    }
-                    std::map<std::string, at::Tensor> ours;
-                    for (const auto& n : plan.ours[g]) {
-                      at::Tensor v = at::empty(shape_of.at(n), at::kFloat);
-                      model.init(f.prefix + n, v);
-                      ours[n] = v;
-                    }
-                    std::vector<at::Tensor> out;
-                    for (auto& [name, t] : f.map.to_theirs(ours)) out.push_back(t);
-                    return out;
-                  },
-                  static_cast<uint64_t>(a->max_file_mb * 1024 * 1024));
+              auto values = [&](size_t g) {
+                if (plan.ours[g].empty()) {
+                  const io::TensorEntry& e = plan.theirs[g][0];
+                  at::Tensor v = at::empty(e.shape, at::kFloat);
+                  nn::init_normal(v, seed, f.folder + "/" + e.name, 0.02);
+                  return std::vector<at::Tensor>{v};
+                }
+                std::map<std::string, at::Tensor> ours;
+                for (const auto& n : plan.ours[g]) {
+                  at::Tensor v = at::empty(shape_of.at(n), at::kFloat);
+                  model.init(f.prefix + n, v);
+                  ours[n] = v;
+                }
+                std::vector<at::Tensor> out;
+                for (auto& [name, t] : f.map.to_theirs(ours)) out.push_back(t);
+                return out;
+              };
+              std::vector<std::string> files;  // the weights' files (not the index)
+              if (f.torch_save) {
+                fs::create_directories(dir);
+                io::write_torch_save(index_of(f), plan.theirs, values);
+                files.push_back(index_of(f));
+              } else {
+                files = io::write_sharded_safetensors(dir, f.stem, plan.theirs, values,
+                                                      static_cast<uint64_t>(a->max_file_mb * 1024 * 1024));
+                files.pop_back();  // the index
+              }
               for (const auto& [name, text] : f.files) io::write_file_atomic(dir + "/" + name, text);
               const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
               double bytes = 0;
               for (const auto& file : files) bytes += static_cast<double>(fs::file_size(file));
               total_bytes += bytes;
               total_params += plan.their_numel;
-              std::printf("%s -> %s: %lld parameters (%zu of ours, %lld written without being run) in %zu files, %s, "
+              std::printf("%s -> %s: %lld parameters (%zu of ours, %lld written without being run) in %zu file%s, %s, "
                           "%.1f s\n",
                           f.prefix.empty() ? "model" : (f.prefix + "*").c_str(), dir.c_str(),
                           static_cast<long long>(plan.their_numel), mine[i].size(),
-                          static_cast<long long>(plan.not_run_numel), files.size() - 1, util::gigabytes(bytes).c_str(), seconds);
+                          static_cast<long long>(plan.not_run_numel), files.size(), files.size() == 1 ? "" : "s",
+                          util::gigabytes(bytes).c_str(), seconds);
               if (!f.note.empty()) std::printf("  note: %s\n", f.note.c_str());
               keys.push_back("--set " + f.key + "=" + (f.key_takes_index ? index_of(f) : dir));
             }

@@ -2,13 +2,16 @@
 #include "cli/command.h"
 #include "cli/launch_or_run.h"
 #include "util/heap.h"
+#include "util/optional_parts.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/launch.h"
 
 #include <c10/util/Exception.h>
+#include <torch/version.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace {
@@ -26,6 +29,14 @@ namespace {
 // ZEROSHARD_MALLOC_DEFAULT=1 keeps glibc's defaults (src/util/heap.h).
 void configure_allocator() { zeroshard::util::heap_for_steps(); }
 
+// `zeroshard --version`: the libtorch it was built against and the optional parts it has.
+std::string version_text() {
+  std::string text = std::string("zeroshard, built against libtorch ") + TORCH_VERSION + "\noptional parts:\n" +
+                     zeroshard::util::optional_parts_text();
+  text.pop_back();  // CLI11 ends the line
+  return text;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -34,6 +45,7 @@ int main(int argc, char** argv) {
   set_command_line(argc, argv);
   CLI::App app{"zeroshard: sharded data-parallel training (ZeRO 0-3) on libtorch + Gloo"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_text());
   const std::vector<Command> commands = {add_train(app),  add_prepare(app), add_sample(app),
                                          add_export(app), add_inspect(app), add_config(app),
                                          add_report(app), add_reference_check(app), add_plan(app),

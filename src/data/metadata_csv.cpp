@@ -1,6 +1,7 @@
 #include "data/metadata_csv.h"
 
 #include "data/jsonl.h"
+#include "util/optional_parts.h"
 
 #include <nlohmann/json.hpp>
 
@@ -296,6 +297,12 @@ MediaDataset load_media_dataset(const std::string& folder, const std::string& me
     throw std::runtime_error(msg);
   }
   if (records.empty()) throw std::runtime_error(mp + ": the metadata lists no samples");
+  // A build without a decoder refuses here, before any rank reads: every sample would otherwise
+  // be left out as unreadable, one by one.
+  for (const MediaSample& s : ds.samples) {
+    util::require_part(s.kind == MediaKind::kVideo ? util::OptionalPart::kVideo : util::OptionalPart::kImages,
+                       s.location + " ('" + s.media + "')");
+  }
   return ds;
 }
 

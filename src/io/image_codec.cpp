@@ -9,12 +9,16 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "util/optional_parts.h"
+
+#if ZS_WITH_IMAGES
 // After <cstdio>: jpeglib.h uses FILE without including it.
 #include <jpeglib.h>
 #include <jerror.h>
 #include <png.h>
 #include <webp/decode.h>
 #include <webp/demux.h>
+#endif
 
 // libjpeg and libpng report fatal errors through a callback that must not return; they are C
 // libraries, so a C++ exception must not unwind through them. Both decoders therefore longjmp
@@ -22,6 +26,7 @@
 // output vectors live in the caller's frame), and the caller throws afterwards.
 
 namespace zeroshard::io {
+#if ZS_WITH_IMAGES
 namespace {
 
 [[noreturn]] void fail(const std::string& name, ImageFormat f, const std::string& reason) {
@@ -346,6 +351,7 @@ void decode_webp(const uint8_t* data, size_t size, const std::string& name, cons
 }
 
 }  // namespace
+#endif  // ZS_WITH_IMAGES
 
 const char* image_format_name(ImageFormat f) {
   switch (f) {
@@ -368,9 +374,17 @@ DecodedImage decode_image(const uint8_t* data, size_t size, const std::string& n
   DecodedImage result;
   result.format = sniff_image_format(data, size);
   switch (result.format) {
+#if ZS_WITH_IMAGES
     case ImageFormat::kJpeg: decode_jpeg(data, size, name, options, result); break;
     case ImageFormat::kPng: decode_png(data, size, name, options, result); break;
     case ImageFormat::kWebp: decode_webp(data, size, name, options, result); break;
+#else
+    case ImageFormat::kJpeg:
+    case ImageFormat::kPng:
+    case ImageFormat::kWebp:
+      util::require_part(util::OptionalPart::kImages, name + " (" + image_format_name(result.format) + ")");
+      break;
+#endif
     case ImageFormat::kUnknown: {
       std::ostringstream head;
       for (size_t i = 0; i < std::min<size_t>(size, 8); ++i) {

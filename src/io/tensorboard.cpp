@@ -1,8 +1,11 @@
 #include "io/tensorboard.h"
 
 #include "util/crc32.h"
+#include "util/optional_parts.h"
 
+#if ZS_WITH_TENSORBOARD
 #include "tensorboard_event.pb.h"
+#endif
 
 #include <unistd.h>
 
@@ -17,12 +20,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 void put_le(std::string& out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+#if ZS_WITH_TENSORBOARD
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string hostname() {
@@ -30,6 +34,7 @@ std::string hostname() {
   if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "localhost";
   return buf;
 }
+#endif
 
 }  // namespace
 
@@ -39,6 +44,8 @@ uint32_t masked_crc32c(const void* data, size_t n) {
 }
 
 EventWriter::EventWriter(const std::string& dir, int64_t resume_step) {
+  util::require_part(util::OptionalPart::kTensorBoard, "tensorboard: writing into '" + dir + "'");
+#if ZS_WITH_TENSORBOARD
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw std::runtime_error("tensorboard: cannot create '" + dir + "': " + ec.message());
@@ -59,6 +66,9 @@ EventWriter::EventWriter(const std::string& dir, int64_t resume_step) {
     restart.mutable_session_log()->set_status(zeroshard::tensorboard::SessionLog::START);
     write_record(restart.SerializeAsString());
   }
+#else
+  (void)resume_step;
+#endif
 }
 
 EventWriter::~EventWriter() {
@@ -67,6 +77,7 @@ EventWriter::~EventWriter() {
 
 void EventWriter::add_scalars(const std::vector<std::pair<std::string, double>>& scalars, int64_t step,
                               double wall_time) {
+#if ZS_WITH_TENSORBOARD
   zeroshard::tensorboard::Event event;
   event.set_wall_time(wall_time >= 0 ? wall_time : now_seconds());
   event.set_step(step);
@@ -77,6 +88,9 @@ void EventWriter::add_scalars(const std::vector<std::pair<std::string, double>>&
     v->set_simple_value(static_cast<float>(value));
   }
   write_record(event.SerializeAsString());
+#else
+  (void)scalars, (void)step, (void)wall_time;  // no EventWriter exists in this build
+#endif
 }
 
 void EventWriter::write_record(const std::string& data) {

@@ -2,10 +2,13 @@
 
 #include "io/safetensors.h"
 
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/unpickler.h>
-
+#include "io/file.h"
 #include "io/mapped_file.h"
+#include "zeroshard/nn/deferred.h"
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 
 #include <cstring>
 #include <fstream>
@@ -137,6 +140,65 @@ std::shared_ptr<ParamSource> torch_pth_param_source(const std::string& path) {
 
 std::shared_ptr<ParamSource> checkpoint_param_source(const std::string& path) {
   return is_torch_save_file(path) ? torch_pth_param_source(path) : safetensors_param_source(path);
+}
+
+uint64_t write_torch_save(const std::string& path, const std::vector<std::vector<TensorEntry>>& groups,
+                          const std::function<std::vector<at::Tensor>(size_t group)>& values) {
+  AtomicFileWriter file(path);
+  // libtorch's zip writer (the one torch.save uses) into our atomic file. Its callback never
+  // throws: the zip writer may finish the archive in its destructor, where an exception would end
+  // the process. The first failed write is kept (later bytes are dropped) and thrown below; the
+  // temporary file is then removed, never committed.
+  std::string write_error;
+  caffe2::serialize::PyTorchStreamWriter zip([&file, &write_error](const void* data, size_t n) -> size_t {
+    if (write_error.empty()) {
+      try {
+        file.write(data, n);
+      } catch (const std::exception& e) {
+        write_error = e.what();
+      }
+    }
+    return n;
+  });
+  c10::impl::GenericDict state(c10::StringType::get(), c10::TensorType::get());
+  std::map<const void*, std::string> key_of;  // a stand-in tensor's storage -> its record's key
+  size_t next = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::vector<at::Tensor> vs = values(g);
+    if (vs.size() != groups[g].size()) {
+      throw std::logic_error(path + ": group " + std::to_string(g) + " produced " + std::to_string(vs.size()) +
+                             " tensors for " + std::to_string(groups[g].size()) + " entries");
+    }
+    for (size_t i = 0; i < vs.size(); ++i) {
+      const TensorEntry& e = groups[g][i];
+      if (vs[i].sizes().vec() != e.shape) {
+        throw std::logic_error(path + ": tensor '" + e.name + "' produced with shape " + shape_text(vs[i].sizes().vec()) +
+                               ", its entry says " + shape_text(e.shape));
+      }
+      const at::Tensor v = vs[i].to(e.dtype).contiguous();
+      const std::string key = std::to_string(next++);
+      zip.writeRecord("data/" + key, v.data_ptr(), v.nbytes());
+      // The pickle needs only each tensor's dtype, shape and storage key.
+      at::Tensor stand_in = nn::deferred_empty(e.shape, e.dtype);
+      key_of[stand_in.storage().unsafeGetStorageImpl()] = key;
+      state.insert(e.name, stand_in);
+    }
+  }
+  std::string pickle;
+  torch::jit::Pickler pickler(
+      [&pickle](const char* data, size_t n) { pickle.append(data, n); }, /*tensor_table=*/nullptr,
+      /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+      [&key_of](const at::Tensor& t) { return key_of.at(t.storage().unsafeGetStorageImpl()); },
+      /*tag_aggregates=*/false);  // a plain dict, as torch.save writes a state dict
+  pickler.protocol();
+  pickler.pushIValue(state);
+  pickler.stop();
+  zip.writeRecord("data.pkl", pickle.data(), pickle.size());
+  zip.writeEndOfFile();
+  if (!write_error.empty()) throw std::runtime_error(write_error);
+  const uint64_t bytes = file.bytes_written();
+  file.commit();
+  return bytes;
 }
 
 }  // namespace zeroshard::io

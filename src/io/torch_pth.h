@@ -11,10 +11,13 @@
 // after 1,000s) uses SETITEM, which it refuses -- reported naming the file.
 #pragma once
 
+#include "io/safetensors.h"
 #include "zeroshard/param_source.h"
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace zeroshard::io {
 
@@ -29,5 +32,14 @@ std::shared_ptr<ParamSource> torch_pth_param_source(const std::string& path);
 // Either source, by the file's content: torch.save zip archives by torch_pth_param_source, the
 // rest (.safetensors, *.safetensors.index.json) by safetensors_param_source.
 std::shared_ptr<ParamSource> checkpoint_param_source(const std::string& path);
+
+// Writes a state dict as torch.save does (archive "archive": the storages data/0, data/1, ... one
+// per tensor, 64-byte aligned and uncompressed, then data.pkl and version), so that torch.load and
+// torch_pth_param_source read it; the tensors are written as values(g) produces them, one group
+// at a time (write_sharded_safetensors' groups; any float dtype, converted to the entry's), so
+// memory holds one group. The pickle comes last, from tensors that hold no bytes. Written
+// atomically (path.tmp, fsync, rename); returns the file's size.
+uint64_t write_torch_save(const std::string& path, const std::vector<std::vector<TensorEntry>>& groups,
+                          const std::function<std::vector<at::Tensor>(size_t group)>& values);
 
 }  // namespace zeroshard::io

@@ -65,6 +65,12 @@ struct ReleasedFolder {
     std::vector<int64_t> shape;
   };
   std::vector<NotRun> not_run;
+  // The release ships this folder as one torch.save file, <folder>/<stem>.pth (Wan 2.1's umT5 and
+  // VAE), not as sharded safetensors; the key then names that file.
+  bool torch_save = false;
+  // The release's dtype where it is fixed whatever the rest's (Wan2.1_VAE.pth: float32);
+  // Undefined: seed-weights --dtype.
+  at::ScalarType dtype = at::ScalarType::Undefined;
 };
 
 struct Series {

@@ -5,19 +5,15 @@
 // autograd nodes.
 #pragma once
 
+#include "util/torch_version.h"
+
 #include <ATen/ATen.h>
-#include <torch/version.h>
 
 #include <cstddef>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <vector>
-
-// For code that must differ between libtorch versions (none in the engine on 1.13.1 yet):
-// #if ZS_TORCH_AT_LEAST(2, 3) ... #endif, here and nowhere else.
-#define ZS_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 namespace zeroshard::shard {
 

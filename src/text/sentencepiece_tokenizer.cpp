@@ -1,5 +1,7 @@
 #include "text/sentencepiece_tokenizer.h"
 
+#include "util/optional_parts.h"
+
 #include <dlfcn.h>
 #include <unistd.h>
 #include <unicode/bytestream.h>
@@ -418,6 +420,7 @@ struct SentencePieceTokenizer::Handle {
 };
 
 SentencePieceTokenizer SentencePieceTokenizer::from_file(const std::string& model_path) {
+  util::require_part(util::OptionalPart::kSentencePiece, "the SentencePiece model " + model_path);
   const SpmLibrary& lib = SpmLibrary::get();
   SentencePieceTokenizer t;
   t.path_ = model_path;

@@ -1,7 +1,5 @@
 #include "text/utf8.h"
 
-#include <unicode/uchar.h>
-
 #include <cstdio>
 #include <cstring>
 
@@ -121,7 +119,15 @@ std::string utf8_escape_for_message(std::string_view s, std::size_t max_bytes) {
 }
 
 namespace {
-bool is_python_space(char32_t c) { return u_isUWhiteSpace(static_cast<UChar32>(c)) || (c >= 0x1C && c <= 0x1F); }
+// Python's str.isspace: Unicode's White_Space property (PropList.txt, 25 code points, unchanged
+// since Unicode 6.3 dropped U+180E), plus U+001C..U+001F (bidi classes B and S). Written out
+// rather than asked of ICU so that this file, the datasets and the core build need no ICU.
+bool is_python_space(char32_t c) {
+  if (c <= 0x20) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);
+  if (c < 0x85) return false;
+  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+         c == 0x202F || c == 0x205F || c == 0x3000;
+}
 }  // namespace
 
 std::string_view strip_python_space(std::string_view s) {

@@ -1,5 +1,7 @@
 #include "util/tensor_memory.h"
 
+#include "util/torch_version.h"
+
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
@@ -26,9 +28,17 @@ void counted_free(void* data) {
   c10::free_cpu(block);
 }
 
+// libtorch 2.3 made c10::Allocator::allocate non-const and added the pure virtual copy_data
+// (docs/porting.md, row 6).
+#if ZS_TORCH_AT_LEAST(2, 3)
+#define ZS_ALLOCATE_CONST
+#else
+#define ZS_ALLOCATE_CONST const
+#endif
+
 class CountingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) ZS_ALLOCATE_CONST override {
     if (n == 0) return {nullptr, nullptr, &counted_free, c10::Device(c10::DeviceType::CPU)};
     char* block = static_cast<char*>(c10::alloc_cpu(n + kHeader));
     *reinterpret_cast<size_t*>(block) = n;
@@ -40,7 +50,11 @@ class CountingAllocator final : public c10::Allocator {
     return {data, data, &counted_free, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &counted_free; }
+#if ZS_TORCH_AT_LEAST(2, 3)
+  void copy_data(void* dest, const void* src, size_t count) const override { default_copy_data(dest, src, count); }
+#endif
 };
+#undef ZS_ALLOCATE_CONST
 
 }  // namespace
 

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 using namespace zeroshard;
@@ -87,4 +89,91 @@ TEST(TorchPth, RefusesWhatIsNotTheModelsStateDict) {
   const std::string text = dir + "/not_a_zip.pth";
   std::ofstream(text) << "hello";
   EXPECT_NE(message(text).find(text + ": not a torch.save zip archive"), std::string::npos) << message(text);
+}
+
+// write_torch_save (what seed-weights writes Wan's towers with): torch.load reads every tensor
+// with its dtype, shape and values, and so does the in-place reader, each tensor a 64-byte aligned
+// view of the file; a writer that fails midway leaves no file behind.
+TEST(TorchPth, WrittenAsTorchSaveDoesAndReadsInPlace) {
+  const std::string dir = make_temp_dir("pth_write");
+  const std::vector<std::vector<io::TensorEntry>> groups = {
+      {{"blocks.0.attn.q.weight", at::kBFloat16, {3, 5}}, {"blocks.0.attn.k.weight", at::kBFloat16, {3, 5}}},
+      {{"norm.weight", at::kFloat, {7}}},
+      {{"head.conv.weight", at::kBFloat16, {2, 3, 2}}}};
+  // Quarter steps: exact in bf16, so every reader must give them back exactly.
+  auto value = [](size_t g, size_t i, int64_t numel) {
+    return at::arange(numel, at::kFloat).mul_(0.25).add_(static_cast<double>(10 * g + i)).sub_(2.0);
+  };
+  int produced = 0;
+  const std::string path = dir + "/models_t5_umt5-xxl-enc-bf16.pth";
+  const uint64_t bytes = io::write_torch_save(path, groups, [&](size_t g) {
+    ++produced;
+    std::vector<at::Tensor> out;
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      out.push_back(value(g, i, groups[g][i].numel()).reshape(groups[g][i].shape));
+    }
+    return out;
+  });
+  EXPECT_EQ(produced, 3) << "one call per group";
+  EXPECT_EQ(bytes, static_cast<uint64_t>(std::filesystem::file_size(path)));
+  ASSERT_TRUE(io::is_torch_save_file(path));
+
+  // PyTorch's own torch.load: names, dtypes, shapes and values.
+  std::string out;
+  ASSERT_EQ(run_command("/usr/bin/python3 -c \"import torch; sd = torch.load('" + path +
+                            "'); print(type(sd).__name__); [print(k, str(v.dtype), list(v.shape), "
+                            "v.float().flatten().tolist()) for k, v in sorted(sd.items())]\"",
+                        &out),
+            0)
+      << out;
+  std::vector<ParamInfo> params;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      const io::TensorEntry& e = groups[g][i];
+      params.push_back({e.name, e.shape, 0, e.numel()});
+      std::string line = e.name + (e.dtype == at::kFloat ? " torch.float32 [" : " torch.bfloat16 [");
+      for (size_t d = 0; d < e.shape.size(); ++d) line += (d ? ", " : "") + std::to_string(e.shape[d]);
+      line += "] [";
+      const at::Tensor v = value(g, i, e.numel());
+      for (int64_t k = 0; k < v.numel(); ++k) {
+        // As Python prints a float: -2.0, 0.25, 12.75.
+        const double x = v[k].item<double>();
+        char buf[32];
+        std::snprintf(buf, sizeof buf, x == static_cast<double>(static_cast<int64_t>(x)) ? "%s%.1f" : "%s%g",
+                      k ? ", " : "", x);
+        line += buf;
+      }
+      EXPECT_NE(out.find(line + "]\n"), std::string::npos) << line << "\nin\n" << out;
+    }
+  }
+  EXPECT_EQ(out.rfind("dict\n", 0), 0u) << out;
+
+  // The in-place reader: every tensor whole, aligned, in its dtype; values exact.
+  auto source = io::checkpoint_param_source(path);
+  source->check(params);
+  size_t k = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].size(); ++i, ++k) {
+      const ParamInfo& p = params[k];
+      const ParamLocation where = source->locate(p);
+      EXPECT_EQ(where.file, path);
+      EXPECT_TRUE(where.whole) << p.name;
+      EXPECT_EQ(where.offset % 64, 0u) << p.name;
+      EXPECT_EQ(where.dtype, groups[g][i].dtype) << p.name;
+      at::Tensor got = at::empty({p.numel}, at::kFloat);
+      source->read(p, 0, p.numel, got);
+      EXPECT_TRUE(at::equal(got, value(g, i, p.numel))) << p.name;
+    }
+  }
+
+  // A group that cannot be produced: nothing at the path, no temporary left.
+  const std::string failed = dir + "/Wan2.1_VAE.pth";
+  EXPECT_THROW(io::write_torch_save(failed, groups,
+                                    [&](size_t g) -> std::vector<at::Tensor> {
+                                      if (g == 1) throw std::runtime_error("seeding failed");
+                                      return {value(0, 0, 15).reshape({3, 5}), value(0, 1, 15).reshape({3, 5})};
+                                    }),
+               std::runtime_error);
+  EXPECT_FALSE(std::filesystem::exists(failed));
+  EXPECT_FALSE(std::filesystem::exists(failed + ".tmp"));
 }

@@ -307,10 +307,12 @@ Series wan_series() {
   // diffusion_pytorch_model-*.safetensors + index; its towers come as torch.save files
   // (models_t5_umt5-xxl-enc-bf16.pth, Wan2.1_VAE.pth), written here as safetensors folders.
   s.released_folders = [](const train::TrainConfig&) {
-    const std::string pth = "the release ships this tower as a torch.save .pth file; written as safetensors instead";
-    return std::vector<ReleasedFolder>{{"dit.", "", "diffusion_pytorch_model", "wan.dit_from", {}, true, "", {}, {}},
-                                       {"text_encoder.", "text_encoder", "model", "wan.text_encoder_from", {}, true, pth, {}, {}},
-                                       {"vae.", "vae", "model", "wan.vae_from", {}, true, pth, {}, {}}};
+    // As Wan-AI/Wan2.1-T2V-* ship them, side by side: the DiT's sharded safetensors, the umT5
+    // encoder and the VAE each as one torch.save file (the VAE in float32).
+    return std::vector<ReleasedFolder>{
+        {"dit.", "", "diffusion_pytorch_model", "wan.dit_from", {}, true, "", {}, {}},
+        {"text_encoder.", "", "models_t5_umt5-xxl-enc-bf16", "wan.text_encoder_from", {}, true, "", {}, {}, true},
+        {"vae.", "", "Wan2.1_VAE", "wan.vae_from", {}, true, "", {}, {}, true, at::kFloat}};
   };
   return s;
 }
