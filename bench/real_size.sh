@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 35's table: each released diffusion model at its published size on this machine, from
 # seeded files in the released layout (weights cannot be downloaded here; `zeroshard seed-weights`
-# writes the published shapes, names, shard files and index in bf16):
+# writes the published shapes, names, shard files and index, or the torch.save files Wan ships, in
+# the released dtypes):
 #
 #   1. seed-weights: the DiT's and the text towers' folders;
 #   2. prepare: a small folder (4 images, or 2 clips for Wan) on 2 ranks with every text tower at
@@ -17,6 +18,7 @@
 # side; Wan runs FRAMES (17) frames at 480x832; AC (true) is train.activation_checkpointing;
 # CONVERTED="gather copy" trains once per model.frozen_converted (FLUX.1 [dev]'s diffusers q/k/v
 # converted at each gather, or written once into a converted copy in the run folder).
+# PREPARE_ONLY=1 stops each row after its prepare (the towers at full depth; no DiT seeded).
 # KEEP=0 deletes a row's seeded folders after it (FLUX.2 [dev] always runs its 48 GB text tower
 # and its 64 GB DiT one after the other: this machine's disk does not hold both). Prints per row:
 # the seeding's and the prepare's wall time and peak RSS (GNU time; a process's RSS counts the mapped file pages it touched), then
@@ -29,6 +31,7 @@ STEPS=${STEPS:-2}
 RES=${RES:-512}
 FRAMES=${FRAMES:-17}
 KEEP=${KEEP:-1}
+PREPARE_ONLY=${PREPARE_ONLY:-0}
 AC=${AC:-true}   # activation checkpointing (false: FLUX.2 klein 4B at 512x512 keeps 12 GB private per rank)
 CONVERTED=${CONVERTED:-gather}  # model.frozen_converted, one training run per word: gather, copy or "gather copy"
 B=build/zeroshard
@@ -94,6 +97,7 @@ row() {  # name config series "seed folders" --set...
   fi
   # the towers' folders are done with: FLUX.2 [dev]'s DiT and Mistral do not fit the disk at once
   [ "$name" != flux2_dev ] && [ "$KEEP" != 0 ] || rm -rf "$w" "$w.done"
+  [ "$PREPARE_ONLY" != 1 ] || return 0
   [ -f "$d.done" ] || seed "$config" "$d" dit
   local mode tdir
   for mode in $CONVERTED; do

@@ -97,7 +97,8 @@ Command add_seed_weights(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "seed-weights",
       "Write a config's model with seeded weights in its released layout (folders, names, sharded safetensors + "
-      "index), one tensor at a time: stand-in files for real-size runs where the released ones cannot be downloaded");
+      "index or the torch.save files a release ships), one tensor at a time: stand-in files for real-size runs where "
+      "the released ones cannot be downloaded");
   sub->add_option("-c,--config", a->config_path, "YAML config (its data keys may be left unset)")
       ->check(CLI::ExistingFile);
   sub->add_option("--set", a->overrides, "Override a config key (repeatable)");

@@ -3,11 +3,11 @@
 #include "cli/launch_or_run.h"
 #include "util/heap.h"
 #include "util/optional_parts.h"
+#include "util/torch_version.h"
 #include "zeroshard/comm.h"
 #include "zeroshard/launch.h"
 
 #include <c10/util/Exception.h>
-#include <torch/version.h>
 
 #include <cstdio>
 #include <cstdlib>

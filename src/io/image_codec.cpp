@@ -11,6 +11,9 @@
 
 #include "util/optional_parts.h"
 
+#ifndef ZS_WITH_IMAGES
+#error "ZS_WITH_IMAGES comes from CMakeLists.txt"
+#endif
 #if ZS_WITH_IMAGES
 // After <cstdio>: jpeglib.h uses FILE without including it.
 #include <jpeglib.h>

@@ -3,6 +3,9 @@
 #include "util/crc32.h"
 #include "util/optional_parts.h"
 
+#ifndef ZS_WITH_TENSORBOARD
+#error "ZS_WITH_TENSORBOARD comes from CMakeLists.txt"
+#endif
 #if ZS_WITH_TENSORBOARD
 #include "tensorboard_event.pb.h"
 #endif

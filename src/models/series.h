@@ -47,8 +47,9 @@ struct SeededModel {
 
 // `zeroshard seed-weights`: one folder of the model's released layout. The parameters under
 // `prefix` (prefix stripped) go through `map` (our names -> the release's; empty: the release
-// uses ours) into <folder>/<stem>-*.safetensors + <stem>.safetensors.index.json; `key` is the
-// config key that reads the folder back (the folder itself, or its index when key_takes_index),
+// uses ours) into <folder>/<stem>-*.safetensors + <stem>.safetensors.index.json (or one
+// <folder>/<stem>.pth: torch_save); `key` is the config key that reads the folder back (the folder
+// itself, or its index or .pth file when key_takes_index),
 // `note` how the folder differs from the release (another file format, what it leaves out or
 // writes without running it; empty: it does not differ).
 struct ReleasedFolder {

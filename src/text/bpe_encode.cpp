@@ -94,7 +94,7 @@ void split_added(const BpeModel& m, const AddedTokenSet& set, std::string_view s
         std::size_t b = ns - 1;
         while (b > 0 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80) --b;
         std::size_t k = b;
-        if (!is_white_space(utf8_decode_valid(s, k))) break;
+        if (!is_unicode_white_space(utf8_decode_valid(s, k))) break;
         ns = b;
       }
       start = std::max(ns, start_offset);
@@ -102,7 +102,7 @@ void split_added(const BpeModel& m, const AddedTokenSet& set, std::string_view s
     if (tok.rstrip) {
       while (stop < n) {
         std::size_t k = stop;
-        if (!is_white_space(utf8_decode_valid(s, k))) break;
+        if (!is_unicode_white_space(utf8_decode_valid(s, k))) break;
         stop = k;
       }
       i = stop;
@@ -296,8 +296,6 @@ void merge_array(const BpeModel& m, BpeState& st, std::vector<int32_t>& syms) {
 }
 
 }  // namespace
-
-bool is_white_space(char32_t c) { return u_isUWhiteSpace(static_cast<UChar32>(c)); }
 
 bool is_word_char(char32_t c) {
   const auto u = static_cast<UChar32>(c);

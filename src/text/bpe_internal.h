@@ -199,8 +199,7 @@ std::string normalized_text(const BpeModel& m, std::string_view text);
 void bpe_word(const BpeModel& m, BpeState& st, std::string_view word, std::vector<int32_t>& out);
 void bpe_merge_reference(const BpeModel& m, std::vector<int32_t>& symbols);  // simple O(n^2) loop
 
-// Unicode helpers from ICU (bpe_encode.cpp).
-bool is_white_space(char32_t c);
+// Unicode helpers from ICU (bpe_encode.cpp; White_Space is text/utf8.h's is_unicode_white_space).
 bool is_word_char(char32_t c);  // Rust regex \w: Alphabetic, Mark, Nd, Pc, Join_Control
 // Normalizes `in` (valid UTF-8) through m.normalizers; returns false (and leaves `out`
 // untouched) when the chain leaves `in` unchanged. `st` supplies the regex match buffers; null

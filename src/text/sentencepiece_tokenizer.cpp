@@ -214,8 +214,6 @@ bool invalid_codepoint(uint32_t n) {
          (n >= 0xFDD0 && n <= 0xFDEF) || ((n & 0xFFFE) == 0xFFFE && n <= 0x10FFFF);
 }
 
-bool is_regex_space(char32_t c) { return u_isUWhiteSpace(static_cast<UChar32>(c)); }
-
 std::string nfc(const std::string& s) {
   UErrorCode err = U_ZERO_ERROR;
   const icu::Normalizer2* n = icu::Normalizer2::getNFCInstance(err);
@@ -329,11 +327,11 @@ std::string clean_whitespace(std::string_view text) {
   for (std::size_t i = 0; i < stripped.size();) {
     const std::size_t b = i;
     const char32_t c = utf8_decode_valid(stripped, i);
-    if (is_regex_space(c)) {
+    if (is_unicode_white_space(c)) {
       out += ' ';
       while (i < stripped.size()) {
         std::size_t k = i;
-        if (!is_regex_space(utf8_decode_valid(stripped, k))) break;
+        if (!is_unicode_white_space(utf8_decode_valid(stripped, k))) break;
         i = k;
       }
     } else {

@@ -66,7 +66,7 @@ std::string clean_whitespace(std::string_view) { refuse("clean_whitespace (the u
 
 struct SentencePieceTokenizer::Handle {};
 SentencePieceTokenizer SentencePieceTokenizer::from_file(const std::string& model_path) {
-  refuse("the SentencePiece model " + model_path);
+  refuse("the SentencePiece model " + model_path + " (read with -DZEROSHARD_WITH_SENTENCEPIECE=ON as well)");
 }
 SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceTokenizer&&) noexcept = default;
 SentencePieceTokenizer& SentencePieceTokenizer::operator=(SentencePieceTokenizer&&) noexcept = default;

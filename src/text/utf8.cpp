@@ -118,16 +118,18 @@ std::string utf8_escape_for_message(std::string_view s, std::size_t max_bytes) {
   return out;
 }
 
-namespace {
-// Python's str.isspace: Unicode's White_Space property (PropList.txt, 25 code points, unchanged
-// since Unicode 6.3 dropped U+180E), plus U+001C..U+001F (bidi classes B and S). Written out
-// rather than asked of ICU so that this file, the datasets and the core build need no ICU.
-bool is_python_space(char32_t c) {
-  if (c <= 0x20) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);
+// Written out rather than asked of ICU, so that this file, the datasets and the core build need no
+// ICU (tests/text/test_python_space.cpp checks it against Python over every code point).
+bool is_unicode_white_space(char32_t c) {
+  if (c <= 0x20) return (c >= 0x09 && c <= 0x0D) || c == 0x20;
   if (c < 0x85) return false;
   return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
          c == 0x202F || c == 0x205F || c == 0x3000;
 }
+
+namespace {
+// Python's str.isspace: White_Space plus U+001C..U+001F (bidi classes B and S).
+bool is_python_space(char32_t c) { return is_unicode_white_space(c) || (c >= 0x1C && c <= 0x1F); }
 }  // namespace
 
 std::string_view strip_python_space(std::string_view s) {

@@ -69,6 +69,10 @@ void utf8_append(char32_t c, std::string& out);
 // control and non-ASCII bytes as \xNN.
 std::string utf8_escape_for_message(std::string_view s, std::size_t max_bytes = 40);
 
+// Unicode's White_Space property (PropList.txt: 25 code points, unchanged since Unicode 6.3
+// dropped U+180E): Rust's char::is_whitespace, regex \s, what ICU's u_isUWhiteSpace answers.
+bool is_unicode_white_space(char32_t c);
+
 // Python's str.strip() on valid UTF-8: drops Unicode White_Space and U+001C..U+001F at both ends
 // (the SentencePiece shim's text clean-up and CLIP's decode both strip as Python does).
 std::string_view strip_python_space(std::string_view s);

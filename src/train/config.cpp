@@ -2,7 +2,6 @@
 
 #include "models/series.h"
 #include "nn/layers.h"
-#include "util/optional_parts.h"
 #include "util/text.h"
 
 #include <yaml-cpp/yaml.h>
@@ -331,7 +330,6 @@ TrainConfig load_config_sourced(const std::string& path, const std::vector<Confi
 }
 
 void validate(TrainConfig& c) {
-  if (c.run.tensorboard) util::require_part(util::OptionalPart::kTensorBoard, "run.tensorboard=true");
   ParallelSection& p = c.parallel;
   // The alias sets the strategy (load_config rejects contradicting both).
   if (p.zero_stage >= 0) p.strategy = strategy_from_zero_stage(static_cast<int>(p.zero_stage));

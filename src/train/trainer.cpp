@@ -18,6 +18,7 @@
 #include "train/stop_signal.h"
 #include "train/task.h"
 #include "util/heap.h"
+#include "util/optional_parts.h"
 #include "util/tensor_memory.h"
 #include "util/threads.h"
 #include "zeroshard/optim.h"
@@ -203,6 +204,8 @@ Trainer::~Trainer() = default;
 void Trainer::setup() {
   Impl& s = *impl_;
   TrainConfig& cfg = s.cfg;
+  // Every rank, before any collective or file (rank 0 alone writes the events).
+  if (cfg.run.tensorboard) util::require_part(util::OptionalPart::kTensorBoard, "run.tensorboard=true");
   apply_world_size(cfg, s.rdv.world_size, s.rdv.local_world_size);
   s.threads = cfg.parallel.threads > 0
                   ? static_cast<int>(cfg.parallel.threads)

@@ -2,22 +2,10 @@
 
 #include <stdexcept>
 
-// CMakeLists.txt defines each ZS_WITH_* as 0 or 1 for zs_base; a compiler run without them
-// (a tool reading this file alone) sees a full build.
-#ifndef ZS_WITH_IMAGES
-#define ZS_WITH_IMAGES 1
-#endif
-#ifndef ZS_WITH_VIDEO
-#define ZS_WITH_VIDEO 1
-#endif
-#ifndef ZS_WITH_TOKENIZERS
-#define ZS_WITH_TOKENIZERS 1
-#endif
-#ifndef ZS_WITH_SENTENCEPIECE
-#define ZS_WITH_SENTENCEPIECE 1
-#endif
-#ifndef ZS_WITH_TENSORBOARD
-#define ZS_WITH_TENSORBOARD 1
+// CMakeLists.txt defines each ZS_WITH_* as 0 or 1 for zs_base's files.
+#if !defined(ZS_WITH_IMAGES) || !defined(ZS_WITH_VIDEO) || !defined(ZS_WITH_TOKENIZERS) || \
+    !defined(ZS_WITH_SENTENCEPIECE) || !defined(ZS_WITH_TENSORBOARD)
+#error "ZS_WITH_IMAGES, _VIDEO, _TOKENIZERS, _SENTENCEPIECE and _TENSORBOARD come from CMakeLists.txt"
 #endif
 
 namespace zeroshard::util {

@@ -26,3 +26,20 @@ TEST(PythonSpace, StripsExactlyWhatPythonsStrStripStrips) {
   }
   EXPECT_EQ(stripped, 29);
 }
+
+// is_unicode_white_space (the tokenizers' \s and trims): Python's set less U+001C..U+001F, i.e.
+// Unicode's White_Space property, 25 code points.
+TEST(PythonSpace, UnicodeWhiteSpaceIsPythonsSetLessTheFourSeparators) {
+  int n = 0;
+  for (char32_t c = 0; c < 0x110000; ++c) {
+    std::string s;
+    if (c >= 0xD800 && c <= 0xDFFF) continue;
+    const bool python = c != 0 && [&] {
+      utf8_append(c, s);
+      return strip_python_space(s + "x" + s) == "x";
+    }();
+    EXPECT_EQ(is_unicode_white_space(c), python && !(c >= 0x1C && c <= 0x1F)) << "U+" << std::hex << static_cast<uint32_t>(c);
+    n += is_unicode_white_space(c) ? 1 : 0;
+  }
+  EXPECT_EQ(n, 25);
+}

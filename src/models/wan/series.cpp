@@ -15,6 +15,7 @@
 #include "nn/name_map.h"
 #include "sample/sample.h"
 #include "train/task.h"
+#include "util/optional_parts.h"
 #include "util/text.h"
 #include "zeroshard/nn/deferred.h"
 
@@ -201,6 +202,9 @@ std::string generate(const sample::SampleOptions& o, ckpt::Checkpoint& ck, const
                             ? saved["train"]["seed"].get<uint64_t>()
                             : static_cast<uint64_t>(cfg.train.seed);
   if (c.tokenizer.empty()) throw std::invalid_argument(ck.dir() + ": the run has no wan.tokenizer to encode prompts");
+  // Every rank refuses before any collective: rank 0 writes each clip as an mp4 at the end.
+  util::require_part(util::OptionalPart::kVideo, "wan sampling (an mp4 per clip beside " +
+                                                     sample::output_path(ck, o.out, "samples.png") + ")");
   const auto tok = text::SentencePieceTokenizer::from_file(c.tokenizer);
   std::vector<std::string> prompts;
   if (o.prompt != "\n") {
@@ -303,12 +307,10 @@ Series wan_series() {
     const auto seed = static_cast<uint64_t>(cfg.train.seed);
     return SeededModel{p.ptr(), [c, seed](const std::string& name, at::Tensor& t) { wan_init(c, seed, name, t); }};
   };
-  // seed-weights: Wan-AI's folder holds the DiT (our names, the original release's) as
-  // diffusion_pytorch_model-*.safetensors + index; its towers come as torch.save files
-  // (models_t5_umt5-xxl-enc-bf16.pth, Wan2.1_VAE.pth), written here as safetensors folders.
+  // seed-weights: as Wan-AI/Wan2.1-T2V-* ship them, side by side: the DiT (our names, the original
+  // release's) as diffusion_pytorch_model-*.safetensors + index, the umT5 encoder and the VAE each
+  // as one torch.save file (models_t5_umt5-xxl-enc-bf16.pth; Wan2.1_VAE.pth in float32).
   s.released_folders = [](const train::TrainConfig&) {
-    // As Wan-AI/Wan2.1-T2V-* ship them, side by side: the DiT's sharded safetensors, the umT5
-    // encoder and the VAE each as one torch.save file (the VAE in float32).
     return std::vector<ReleasedFolder>{
         {"dit.", "", "diffusion_pytorch_model", "wan.dit_from", {}, true, "", {}, {}},
         {"text_encoder.", "", "models_t5_umt5-xxl-enc-bf16", "wan.text_encoder_from", {}, true, "", {}, {}, true},

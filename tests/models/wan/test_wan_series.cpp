@@ -139,6 +139,31 @@ TEST(WanSeries, TheSizeConfigsHoldThePublishedParameterCounts) {
   }
 }
 
+// seed-weights' default (--dtype released): Wan's towers as the release ships them, each one
+// torch.save file at the folder's top that torch.load reads: the umT5 encoder in bf16, the VAE
+// in float32.
+TEST(WanSeries, SeedWeightsWritesTheTowersAsTheReleasedTorchSaveFiles) {
+  const std::string out_dir = make_temp_dir("wan_released_pth") + "/weights";
+  std::string out;
+  ASSERT_EQ(run_command(std::string(ZS_BINARY) + " seed-weights --config " + kConfigs + "base.yaml --out " + out_dir +
+                            " --only text_encoder --only vae",
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("--set wan.text_encoder_from=" + out_dir + "/models_t5_umt5-xxl-enc-bf16.pth"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("--set wan.vae_from=" + out_dir + "/Wan2.1_VAE.pth"), std::string::npos) << out;
+  ASSERT_EQ(run_command("/usr/bin/python3 -c \"import torch\nfor f in ['models_t5_umt5-xxl-enc-bf16', 'Wan2.1_VAE']:\n"
+                        "  sd = torch.load('" + out_dir + "/' + f + '.pth')\n"
+                        "  print(f, len(sd), sorted(set(str(v.dtype) for v in sd.values())))\"",
+                        &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("models_t5_umt5-xxl-enc-bf16 "), std::string::npos) << out;
+  EXPECT_NE(out.find(" ['torch.bfloat16']\nWan2.1_VAE "), std::string::npos) << out;
+  EXPECT_NE(out.find(" ['torch.float32']\n"), std::string::npos) << out;
+}
+
 TEST(WanSeries, SeedWeightsInTheReleasedLayoutTrainInPlaceBitwiseAsTheSeededModel) {
   const std::string keys = expect_seeded_folders_train_as_seeded(
       towers_args("lora.yaml") + " --set train.micro_batch_size=1 --set train.warmup_steps=1", "wan_seed_weights");
