@@ -110,7 +110,8 @@ Command add_seed_weights(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--only", a->only,
                   "Write only these folders (their prefix without the dot, e.g. dit, text_encoder, vae; "
-                  "repeatable): when the disk holds one at a time");
+                  "repeatable): when the disk holds one at a time. Another layout a release also ships is "
+                  "written only when named: FLUX.1's dit_bfl and vae_bfl (flux1-dev.safetensors, ae.safetensors)");
   sub->add_flag("--dry-run", a->dry_run,
                 "Print each folder's tensors' parameter count and size, write nothing (checks a config against the "
                 "published counts in seconds)");
@@ -134,8 +135,10 @@ Command add_seed_weights(CLI::App& app) {
             } else {
               folders.push_back({"", "", "model", "model.init_from", {}, true, "", {}, {}});
             }
-            // A folder's name for --only: its prefix without the dot ("model" for the whole model).
+            // A folder's name for --only: its label, else its prefix without the dot ("model" for the
+            // whole model).
             auto label = [](const models::ReleasedFolder& f) {
+              if (!f.label.empty()) return f.label;
               return f.prefix.empty() ? std::string("model") : f.prefix.substr(0, f.prefix.size() - 1);
             };
             std::set<std::string> known;
@@ -155,13 +158,14 @@ Command add_seed_weights(CLI::App& app) {
               if (!seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
               params.emplace_back(item.key(), item.value());
             }
-            // Every folder checked before anything is written: each parameter lies in one folder, no
-            // folder to write exists already.
+            // Every folder checked before anything is written: each parameter lies in one folder (an
+            // alternative layout holds its prefix's parameters again), no folder to write exists already.
             std::vector<std::vector<OurParam>> mine(folders.size());
             std::set<std::string> placed;
             for (size_t i = 0; i < folders.size(); ++i) {
               for (const auto& [name, t] : params) {
-                if (!util::starts_with(name, folders[i].prefix) || !placed.insert(name).second) continue;
+                if (!util::starts_with(name, folders[i].prefix)) continue;
+                if (!folders[i].alternative && !placed.insert(name).second) continue;
                 mine[i].push_back({name.substr(folders[i].prefix.size()), t.sizes().vec()});
               }
             }
@@ -172,15 +176,15 @@ Command add_seed_weights(CLI::App& app) {
               }
             }
             auto dir_of = [&](const models::ReleasedFolder& f) { return f.folder.empty() ? a->out : a->out + "/" + f.folder; };
-            // What a run's key names: the index of the sharded safetensors, or the torch.save file.
+            // What a run's key names: the index of the sharded safetensors, or the one file.
             auto index_of = [&](const models::ReleasedFolder& f) {
-              return dir_of(f) + "/" + f.stem + (f.torch_save ? ".pth" : ".safetensors.index.json");
+              return dir_of(f) + "/" + f.stem +
+                     (f.torch_save ? ".pth" : f.single_file ? ".safetensors" : ".safetensors.index.json");
             };
             std::vector<size_t> todo;
             for (size_t i = 0; i < folders.size(); ++i) {
-              if (mine[i].empty() || (!a->only.empty() && std::find(a->only.begin(), a->only.end(), label(folders[i])) == a->only.end())) {
-                continue;
-              }
+              const bool named = std::find(a->only.begin(), a->only.end(), label(folders[i])) != a->only.end();
+              if (mine[i].empty() || (!named && (!a->only.empty() || folders[i].alternative))) continue;
               if (!a->dry_run && fs::exists(index_of(folders[i]))) {
                 throw std::invalid_argument("seed-weights: " + index_of(folders[i]) +
                                             " exists; remove the folder or write elsewhere");
@@ -233,6 +237,17 @@ Command add_seed_weights(CLI::App& app) {
               if (f.torch_save) {
                 fs::create_directories(dir);
                 io::write_torch_save(index_of(f), plan.theirs, values);
+                files.push_back(index_of(f));
+              } else if (f.single_file) {
+                fs::create_directories(dir);
+                std::vector<io::TensorEntry> entries;
+                for (const auto& group : plan.theirs) entries.insert(entries.end(), group.begin(), group.end());
+                io::SafetensorsWriter writer(index_of(f), entries, {{"format", "pt"}});
+                for (size_t g = 0; g < plan.theirs.size(); ++g) {
+                  const std::vector<at::Tensor> vs = values(g);
+                  for (size_t k = 0; k < vs.size(); ++k) writer.write(plan.theirs[g][k].name, vs[k]);
+                }
+                writer.finish();
                 files.push_back(index_of(f));
               } else {
                 files = io::write_sharded_safetensors(dir, f.stem, plan.theirs, values,

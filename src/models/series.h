@@ -72,6 +72,13 @@ struct ReleasedFolder {
   // The release's dtype where it is fixed whatever the rest's (Wan2.1_VAE.pth: float32);
   // Undefined: seed-weights --dtype.
   at::ScalarType dtype = at::ScalarType::Undefined;
+  // One safetensors file <folder>/<stem>.safetensors, no index (BFL's flux1-dev.safetensors,
+  // ae.safetensors); the key then names that file.
+  bool single_file = false;
+  // Another layout of the parameters an earlier folder of the same prefix writes (FLUX.1-dev
+  // ships its DiT and VAE both ways): written only when seed-weights --only names `label`.
+  bool alternative = false;
+  std::string label{};  // --only's name; empty: the prefix without its dot
 };
 
 struct Series {

@@ -189,11 +189,12 @@ void expect_exact_resume(const std::string& args, const std::string& tag) {
   }
 }
 
-std::string expect_seeded_folders_train_as_seeded(const std::string& args, const std::string& tag) {
+std::string expect_seeded_folders_train_as_seeded(const std::string& args, const std::string& tag,
+                                                  const std::string& seed_extra) {
   const std::string out_dir = make_temp_dir(tag + "_weights") + "/weights";
   std::string out;
   EXPECT_EQ(run_command(std::string(ZS_BINARY) + " seed-weights " + args + " --out " + out_dir +
-                            " --dtype fp32 --max-file-mb 0.2",
+                            " --dtype fp32 --max-file-mb 0.2" + seed_extra,
                         &out),
             0)
       << out;

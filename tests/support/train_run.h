@@ -83,8 +83,10 @@ void expect_exact_resume(const std::string& args, const std::string& tag);
 // so every folder is read in place under model.frozen_storage=file) trains 2 steps at W = 2 from
 // them, reading the keys the command printed, with the losses of the seeded run, bit for bit;
 // and again through a converted copy (model.frozen_converted=copy), nothing converted at a
-// gather. Returns the keys ("--set k=v ...").
-std::string expect_seeded_folders_train_as_seeded(const std::string& args, const std::string& tag);
+// gather. `seed_extra` goes to seed-weights alone (e.g. --only for another layout). Returns the
+// keys ("--set k=v ...").
+std::string expect_seeded_folders_train_as_seeded(const std::string& args, const std::string& tag,
+                                                  const std::string& seed_extra = "");
 
 // Largest |loss_b - loss_a| / |loss_a| over b's steps after after_step (each must be in a).
 double max_rel_loss_diff(const TrainRun& a, const TrainRun& b, int64_t after_step = 0);

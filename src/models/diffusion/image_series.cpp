@@ -459,6 +459,20 @@ Series make_image_series(ImageSeriesSpec spec) {
       out.push_back(folder(t.prefix + ".", t.folder, t.stem, t.key, t.release_map, t.left_out));
       if (t.files) out.back().files = t.files(cfg);
     }
+    auto single_file = [&](const std::string& prefix, const std::string& stem, const std::string& key,
+                           const std::string& label, at::ScalarType dtype) {
+      ReleasedFolder f = folder(prefix, "", stem, key, nullptr, "");
+      f.single_file = f.alternative = f.key_takes_index = true;  // the key names the file
+      f.label = label;
+      f.dtype = dtype;
+      out.push_back(std::move(f));
+    };
+    if (spec.dit_single_file_stem) {
+      single_file("dit.", spec.dit_single_file_stem(cfg), "dit_from", "dit_bfl", at::ScalarType::Undefined);
+    }
+    if (!spec.vae_single_file_stem.empty()) {
+      single_file("vae.", spec.vae_single_file_stem, "vae_from", "vae_bfl", spec.vae_single_file_dtype);
+    }
     return out;
   };
   s.reference_kinds = spec.reference_kinds;

@@ -185,6 +185,12 @@ struct ImageSeriesSpec {
   using ReleaseMap = std::function<nn::NameMap(const train::TrainConfig&)>;
   ReleaseMap dit_release_map, vae_release_map, text_encoder_release_map;
   std::string text_encoder_folder = "text_encoder";
+  // The single-file form a release also ships of the DiT and the VAE, under our names (FLUX.1:
+  // BFL's flux1-dev.safetensors and ae.safetensors): seed-weights' alternative folders dit_bfl
+  // and vae_bfl (ReleasedFolder::alternative); an empty stem: none.
+  std::function<std::string(const train::TrainConfig&)> dit_single_file_stem;
+  std::string vae_single_file_stem;
+  at::ScalarType vae_single_file_dtype = at::ScalarType::Undefined;  // its released dtype (ae.safetensors: float32)
   struct Beyond {
     std::string note;
     std::vector<ReleasedFolder::NotRun> not_run;

@@ -279,6 +279,12 @@ Series flux1_series() {
     return flux1_diffusers_name_map(cfg.series_config<Flux1SeriesConfig>().dit_config());
   };
   spec.text_encoder_release_map = [](const train::TrainConfig&) { return t5::hf_t5_name_map(/*shared_pos=*/true); };
+  // ... and, with --only dit_bfl / vae_bfl, BFL's single files at the top, under our names.
+  spec.dit_single_file_stem = [](const train::TrainConfig& cfg) {
+    return std::string(cfg.series_config<Flux1SeriesConfig>().dit_config().guidance_embed ? "flux1-dev" : "flux1-schnell");
+  };
+  spec.vae_single_file_stem = "ae";
+  spec.vae_single_file_dtype = at::kFloat;  // ae.safetensors: 335 MB, float32
   spec.text_encoder_folder = "text_encoder_2";
   spec.vae_release_map = [](const train::TrainConfig& cfg) {
     return kl_vae_name_map(cfg.series_config<Flux1SeriesConfig>().vae_config().kl());

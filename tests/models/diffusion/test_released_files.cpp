@@ -311,6 +311,19 @@ TEST_P(SeedWeights, TheReleasedFoldersTrainInPlaceBitwiseAsTheSeededModel) {
   }
 }
 
+// FLUX.1-dev also ships its DiT and VAE as BFL's single files (flux1-dev.safetensors,
+// ae.safetensors: our names), which DiffSynth-Studio loads: seed-weights writes them when asked
+// (--only dit_bfl vae_bfl), and a LoRA run reads them in place, bitwise the seeded run.
+TEST(SeedWeights, Flux1AsBflSingleFilesTrainInPlaceBitwiseAsTheSeededModel) {
+  const std::string keys = expect_seeded_folders_train_as_seeded(
+      image_args("flux1", flux1_text_inputs().spm, flux1_text_args(), "lora.yaml"), "seed_weights_flux1_bfl",
+      " --only dit_bfl --only vae_bfl --only text_encoder --only clip");
+  EXPECT_NE(keys.find("/flux1-dev.safetensors"), std::string::npos) << keys;
+  EXPECT_NE(keys.find("flux1.vae_from="), std::string::npos) << keys;
+  EXPECT_NE(keys.find("/ae.safetensors"), std::string::npos) << keys;
+  EXPECT_EQ(keys.find("transformer"), std::string::npos) << "the diffusers folder was written too: " << keys;
+}
+
 INSTANTIATE_TEST_SUITE_P(ImageSeries, SeedWeights, ::testing::Range<size_t>(0, 4),
                          [](const ::testing::TestParamInfo<size_t>& i) { return rows().at(i.param).series; });
 
