@@ -240,14 +240,7 @@ Command add_seed_weights(CLI::App& app) {
                 files.push_back(index_of(f));
               } else if (f.single_file) {
                 fs::create_directories(dir);
-                std::vector<io::TensorEntry> entries;
-                for (const auto& group : plan.theirs) entries.insert(entries.end(), group.begin(), group.end());
-                io::SafetensorsWriter writer(index_of(f), entries, {{"format", "pt"}});
-                for (size_t g = 0; g < plan.theirs.size(); ++g) {
-                  const std::vector<at::Tensor> vs = values(g);
-                  for (size_t k = 0; k < vs.size(); ++k) writer.write(plan.theirs[g][k].name, vs[k]);
-                }
-                writer.finish();
+                io::write_safetensors_file(index_of(f), plan.theirs, values);
                 files.push_back(index_of(f));
               } else {
                 files = io::write_sharded_safetensors(dir, f.stem, plan.theirs, values,

@@ -323,6 +323,35 @@ std::shared_ptr<ParamSource> safetensors_param_source(const std::string& path) {
   return std::make_shared<SafetensorsSource>(path);
 }
 
+namespace {
+
+// Groups [first, last) into one safetensors file at `path`, one group's values at a time.
+void write_groups(const std::string& path, const std::vector<std::vector<TensorEntry>>& groups, size_t first,
+                  size_t last, const std::function<std::vector<at::Tensor>(size_t group)>& values,
+                  const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorEntry> entries;
+  for (size_t g = first; g < last; ++g) entries.insert(entries.end(), groups[g].begin(), groups[g].end());
+  SafetensorsWriter writer(path, entries, metadata);
+  for (size_t g = first; g < last; ++g) {
+    const std::vector<at::Tensor> v = values(g);
+    if (v.size() != groups[g].size()) {
+      throw std::logic_error(path + ": group " + std::to_string(g) + " has " + std::to_string(groups[g].size()) +
+                             " entries but " + std::to_string(v.size()) + " values");
+    }
+    for (size_t i = 0; i < v.size(); ++i) writer.write(groups[g][i].name, v[i]);
+  }
+  writer.finish();
+}
+
+}  // namespace
+
+void write_safetensors_file(const std::string& path, const std::vector<std::vector<TensorEntry>>& groups,
+                            const std::function<std::vector<at::Tensor>(size_t group)>& values,
+                            const std::map<std::string, std::string>& metadata) {
+  if (groups.empty()) throw std::invalid_argument(path + ": no tensors to write");
+  write_groups(path, groups, 0, groups.size(), values, metadata);
+}
+
 std::vector<std::string> write_sharded_safetensors(const std::string& dir, const std::string& stem,
                                                    const std::vector<std::vector<TensorEntry>>& groups,
                                                    const std::function<std::vector<at::Tensor>(size_t group)>& values,
@@ -355,23 +384,10 @@ std::vector<std::string> write_sharded_safetensors(const std::string& dir, const
     char name[64];
     std::snprintf(name, sizeof(name), "-%05zu-of-%05zu.safetensors", f + 1, files.size());
     const std::string file = stem + name;
-    std::vector<TensorEntry> entries;
+    write_groups(dir + "/" + file, groups, files[f].first, files[f].second, values, metadata);
     for (size_t g = files[f].first; g < files[f].second; ++g) {
-      entries.insert(entries.end(), groups[g].begin(), groups[g].end());
+      for (const auto& e : groups[g]) weight_map[e.name] = file;
     }
-    SafetensorsWriter writer(dir + "/" + file, entries, metadata);
-    for (size_t g = files[f].first; g < files[f].second; ++g) {
-      const std::vector<at::Tensor> v = values(g);
-      if (v.size() != groups[g].size()) {
-        throw std::logic_error("write_sharded_safetensors: group " + std::to_string(g) + " has " +
-                               std::to_string(groups[g].size()) + " entries but " + std::to_string(v.size()) + " values");
-      }
-      for (size_t i = 0; i < v.size(); ++i) {
-        writer.write(groups[g][i].name, v[i]);
-        weight_map[groups[g][i].name] = file;
-      }
-    }
-    writer.finish();
     written.push_back(dir + "/" + file);
   }
   const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};

@@ -112,6 +112,11 @@ std::vector<std::string> write_sharded_safetensors(const std::string& dir, const
                                                    const std::function<std::vector<at::Tensor>(size_t group)>& values,
                                                    uint64_t max_file_bytes = 0,
                                                    const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+// The same groups in one file at `path`, no index (a release's single file: BFL's
+// flux1-dev.safetensors), written atomically.
+void write_safetensors_file(const std::string& path, const std::vector<std::vector<TensorEntry>>& groups,
+                            const std::function<std::vector<at::Tensor>(size_t group)>& values,
+                            const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 
 // Initializes a model from a safetensors file, or from the files listed by a
 // `*.safetensors.index.json` (model.init_from): each rank reads only the byte ranges of its

@@ -195,7 +195,8 @@ ConvertedCopy make_converted_copy(std::shared_ptr<ParamSource> source, const std
   std::snprintf(secs, sizeof(secs), "%.1f", out.write_seconds);
   out.note = "model.frozen_converted=copy: " + std::to_string(out.params) + " frozen parameters (" +
              util::gigabytes(static_cast<double>(out.bytes)) +
-             ") that the files hold in another dtype or layout are read in place from " + dir + " (" + std::to_string(out.units_written) + " unit files written in " + secs + " s, " +
+             ") that the files hold in another dtype or layout are read in place from " + dir + " (" +
+             std::to_string(out.units_written) + " unit files written in " + secs + " s, " +
              std::to_string(out.units_reused) + " reused)";
   return out;
 }
